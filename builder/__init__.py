@@ -1,0 +1,3 @@
+"""Image-build pipeline and RPM/ostree packager for MicroShift edge devices."""
+
+__version__ = "0.1.0"
