@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 from builder.catalog import BY_KEY
 from builder.errors import InputError
 from builder.schema import Fields, load_yaml
+from builder.steps import file_digest as sha256_file
 
 # rpm's own rule for Version and Release: no '-', no whitespace, ASCII only.
 RPM_VERSION_RE = re.compile(r"^[A-Za-z0-9._+~^]+$")
@@ -214,11 +214,3 @@ def _base_repos(fields: Fields, root: Path) -> tuple[Repo, ...]:
         repo.close()
     fields.close()
     return tuple(repos)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -1,0 +1,63 @@
+"""Thin command-line front end: `python -m builder COMMAND ...`.
+
+Each command lives in its own module exposing `register(subparsers)`; the module sets
+`func` on its parser to a callable taking (Context, argparse.Namespace) -> int.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from pathlib import Path
+
+from builder.context import Context
+from builder.errors import BuildError
+from builder.progress import Progress
+
+COMMAND_MODULES = (
+    "builder.commands.packaging",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m builder",
+        description="Build MicroShift RPMs, blueprints, ostree commits and installer media.")
+    parser.add_argument("--debug", action="store_true",
+                        help="log every command and show tracebacks")
+    parser.add_argument("--json", action="store_true",
+                        help="progress as JSON lines on stderr (for CI)")
+    parser.add_argument("--release", type=Path, default=Path("release.yaml"),
+                        help="release definition (default: ./release.yaml)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def add_build_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--build-dir", type=Path, default=Path("build"),
+                        help="where every output goes (default: ./build)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="%(name)s: %(message)s")
+    ctx = Context(build_dir=getattr(args, "build_dir", Path("build")).resolve(),
+                  release_path=args.release.resolve(),
+                  progress=Progress(json_mode=args.json))
+    try:
+        return int(args.func(ctx, args))
+    except BuildError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

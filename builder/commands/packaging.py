@@ -1,0 +1,36 @@
+"""`rpms` and `sample-base`: build the packages and their repositories."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from builder.context import Context
+
+
+def register(sub: Any) -> None:
+    from builder.cli import add_build_dir
+
+    rpms = sub.add_parser("rpms", help="render specs, build RPMs and the yum repository")
+    add_build_dir(rpms)
+    rpms.add_argument("--no-lint", action="store_true", help="skip rpmlint on built RPMs")
+    rpms.set_defaults(func=cmd_rpms)
+    base = sub.add_parser("sample-base",
+                          help="build the SAMPLE base OS repository of stand-in RPMs")
+    add_build_dir(base)
+    base.set_defaults(func=cmd_sample_base)
+
+
+def cmd_rpms(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rpms import build_release_rpms
+
+    build_release_rpms(ctx, lint=not args.no_lint)
+    return 0
+
+
+def cmd_sample_base(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.sample_base import build_sample_base
+
+    ctx.release  # validate release.yaml before any work  # noqa: B018
+    build_sample_base(ctx)
+    return 0
