@@ -18,6 +18,7 @@ from builder.progress import Progress
 
 COMMAND_MODULES = (
     "builder.commands.packaging",
+    "builder.commands.pipeline",
 )
 
 

@@ -47,12 +47,12 @@ def build_release_rpms(ctx: Context, *, lint: bool = True) -> list[Path]:
     rpms: list[Path] = []
     with tempfile.TemporaryDirectory(prefix=".render-", dir=_ensure(ctx.build_dir)) as scratch, \
             ctx.progress.step(f"rpms: {release.evr} for {', '.join(release.architectures)}"):
-        specs: dict[str, str] = {}
-        for comp in release.components:
-            for arch in release.architectures:
-                pkg = _prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
-                specs[f"{pkg.component.package}.spec"] = pkg.spec_text
-                rpms.extend(_build(ctx, pkg))
+        # Render everything first: a template or payload error stops before any rpmbuild.
+        packages = [_prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
+                    for comp in release.components for arch in release.architectures]
+        for pkg in packages:
+            rpms.extend(_build(ctx, pkg))
+        specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
         replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
     with ctx.progress.step("repo: createrepo_c"):
         replace_dir(ctx.path("rpms"), lambda tmp: _link_all(rpms, tmp))

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Install the host tools the pipeline runs (rpmbuild, createrepo_c, ostree, skopeo, ...)
+# when they are missing. Idempotent and fast when everything is present: it only looks.
+# Debian/Ubuntu use apt-get, Fedora/RHEL/CentOS use dnf. Needs root (or sudo) to install.
+set -euo pipefail
+
+# command-or-file to check -> Debian package -> Fedora package
+TOOLS=(
+    "rpmbuild rpm rpm-build"
+    "createrepo_c createrepo-c createrepo_c"
+    "ostree ostree ostree"
+    "skopeo skopeo skopeo"
+    "umoci umoci umoci"
+    "xorriso xorriso xorriso"
+    "gpg gnupg gnupg2"
+    "ip iproute2 iproute"
+    "tc iproute2 iproute-tc"
+    "xdelta3 xdelta3 xdelta"
+    "zstd zstd zstd"
+    "shellcheck shellcheck ShellCheck"
+    "cpio cpio cpio"
+    "rpm2cpio rpm rpm"
+    "vgs lvm2 lvm2"
+    "losetup mount util-linux"
+)
+PY_RPM_DEB=python3-rpm
+PY_RPM_FEDORA=python3-rpm
+
+missing_deb=()
+missing_fedora=()
+for entry in "${TOOLS[@]}"; do
+    read -r tool deb fedora <<<"$entry"
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        missing_deb+=("$deb")
+        missing_fedora+=("$fedora")
+    fi
+done
+# The rpm Python bindings (used through the `rpm` shim from PyPI inside virtualenvs).
+if ! /usr/bin/python3 -c 'import rpm' >/dev/null 2>&1; then
+    missing_deb+=("$PY_RPM_DEB")
+    missing_fedora+=("$PY_RPM_FEDORA")
+fi
+
+if [ ${#missing_deb[@]} -eq 0 ]; then
+    echo "host tools: all present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo"
+    else
+        echo "host tools missing (${missing_deb[*]}) and not root: install them yourself" >&2
+        exit 1
+    fi
+fi
+
+if command -v apt-get >/dev/null 2>&1; then
+    mapfile -t pkgs < <(printf '%s\n' "${missing_deb[@]}" | sort -u)
+    echo "host tools: installing ${pkgs[*]} with apt-get"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+elif command -v dnf >/dev/null 2>&1; then
+    mapfile -t pkgs < <(printf '%s\n' "${missing_fedora[@]}" | sort -u)
+    echo "host tools: installing ${pkgs[*]} with dnf"
+    $SUDO dnf install -y "${pkgs[@]}"
+else
+    echo "host tools missing (${missing_deb[*]}) and neither apt-get nor dnf found" >&2
+    exit 1
+fi

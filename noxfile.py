@@ -1,0 +1,54 @@
+"""Sessions: build-image (the main job), tests, lint, bench.
+
+Every session installs the host tools it needs through ci/install-host-tools.sh (fast when
+they are present) and the project into its own virtualenv.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["tests"]
+nox.options.reuse_existing_virtualenvs = True
+PYTHON = "3.11"
+
+
+def _host_tools(session: nox.Session) -> None:
+    session.run("bash", "ci/install-host-tools.sh", external=True)
+
+
+@nox.session(name="build-image", python=PYTHON)
+def build_image(session: nox.Session) -> None:
+    """Run the whole chain for the sample release (or --release FILE) into ./build."""
+    _host_tools(session)
+    session.install("-e", ".")
+    args = session.posargs or ["--build-dir", "build"]
+    session.run("python", "-m", "builder", "build-image", *args)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Unit tests and the integration tier that runs the real host tools."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]),
+                env={"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy --strict."""
+    session.install("-e", ".[lint]")
+    session.run("ruff", "check", "builder", "tests", "bench", "noxfile.py")
+    session.run("mypy")
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks; results are recorded by hand in docs/benchmarks.md."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    out = os.environ.get("BENCH_OUT", "build/bench")
+    session.run("python", "-m", "bench", "--out", out, *session.posargs)
