@@ -173,7 +173,9 @@ def _payload(fields: Fields, root: Path) -> Payload:
 
 def _image(parent: Fields, component: str, name: str, root: Path) -> Image:
     spec = parent.data[name]
-    fields = Fields(parent.file, parent.path(name), {"ref": spec} if isinstance(spec, str) else spec)
+    # An image may be given as a bare reference string or as {ref, source}.
+    fields = Fields(parent.file, parent.path(name),
+                    {"ref": spec} if isinstance(spec, str) else spec)
     ref = fields.get("ref", str, required=True)
     if "@sha256:" not in ref:
         raise fields.error("ref", f"image {ref!r} is not pinned by digest; allowed: "

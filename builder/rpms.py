@@ -17,7 +17,15 @@ from builder.context import Context
 from builder.errors import BuildError
 from builder.payloads import resolve_payload
 from builder.rpmbuild import build_spec, createrepo, rpm_macros
-from builder.steps import Step, file_digest, materialize, replace_dir, tree_digest
+from builder.steps import (
+    Step,
+    file_digest,
+    link_files,
+    materialize,
+    publish,
+    replace_dir,
+    tree_digest,
+)
 from builder.templates import SPECS_DIR, component_context, render_file, render_source_tree
 
 RPMLINTRC = SPECS_DIR / "rpmlintrc"
@@ -54,14 +62,22 @@ def build_release_rpms(ctx: Context, *, lint: bool = True) -> list[Path]:
             rpms.extend(_build(ctx, pkg))
         specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
         replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
+    if lint:
+        run_rpmlint(ctx, rpms)
+    epoch = release.source_date_epoch
+    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch}
     with ctx.progress.step("repo: createrepo_c"):
-        replace_dir(ctx.path("rpms"), lambda tmp: _link_all(rpms, tmp))
-        replace_dir(ctx.path("repo"),
-                    lambda tmp: createrepo(ctx.runner, rpms, tmp, release.source_date_epoch))
+        repo_step = Step("repo", inputs)
+        repo_out, _ = materialize(repo_step, ctx.build_dir,
+                                  lambda out: createrepo(ctx.runner, rpms, out, epoch),
+                                  ctx.progress)
+        rpms_step = Step("rpms", inputs)
+        rpms_out, _ = materialize(rpms_step, ctx.build_dir, lambda out: link_files(rpms, out),
+                                  ctx.progress)
+        publish(ctx.build_dir, "repo", repo_step, repo_out)
+        publish(ctx.build_dir, "rpms", rpms_step, rpms_out)
         ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
                           f"repository {ctx.path('repo')}")
-    if lint:
-        run_rpmlint(ctx, sorted(ctx.path("rpms").glob("*.rpm")))
     return sorted(ctx.path("rpms").glob("*.rpm"))
 
 
@@ -134,16 +150,21 @@ def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
 
 
 def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
-    with ctx.progress.step(f"rpmlint: {len(rpms)} RPMs"):
-        rcfile = RPMLINTRC
-        if ctx.release.component("core").payload and \
-                ctx.release.component("core").payload.is_sample:  # type: ignore[union-attr]
-            rcfile = ctx.path(".cache", "rpmlintrc")
-            rcfile.parent.mkdir(parents=True, exist_ok=True)
-            rcfile.write_text(RPMLINTRC.read_text() + RPMLINTRC_SAMPLE.read_text())
+    """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
+    rcfile_text = RPMLINTRC.read_text()
+    core = ctx.release.component("core").payload
+    if core is not None and core.is_sample:
+        rcfile_text += RPMLINTRC_SAMPLE.read_text()
+    step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
+                            "rpmlintrc": rcfile_text})
+
+    def lint(out: Path) -> None:
+        rcfile = out / "rpmlintrc"
+        rcfile.write_text(rcfile_text)
         proc = ctx.runner.run([_rpmlint_command(), "--rpmlintrc", str(rcfile),
                                *map(str, rpms)], check=False)
         output = proc.stdout.decode(errors="replace")
+        (out / "rpmlint.txt").write_text(output)
         summary = output.strip().splitlines()[-1] if output.strip() else "(no output)"
         ctx.progress.info(summary)
         errors = [line for line in output.splitlines() if ": E: " in line]
@@ -151,6 +172,9 @@ def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
             listing = "\n".join(errors[:20]) or output[-2000:]
             raise BuildError(f"rpmlint found errors in the built RPMs:\n{listing}",
                              hint="fix the spec, or filter a justified check in specs/rpmlintrc")
+
+    with ctx.progress.step(f"rpmlint: {len(rpms)} RPMs"):
+        materialize(step, ctx.build_dir, lint, ctx.progress)
 
 
 def _rpmlint_command() -> str:
@@ -161,11 +185,6 @@ def _rpmlint_command() -> str:
 def _write_specs(dest: Path, specs: dict[str, str]) -> None:
     for name, text in sorted(specs.items()):
         (dest / name).write_text(text)
-
-
-def _link_all(rpms: list[Path], dest: Path) -> None:
-    for rpm in rpms:
-        (dest / rpm.name).hardlink_to(rpm)
 
 
 def _ensure(path: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from builder.context import Context
 from builder.rpmbuild import build_spec, createrepo, rpm_macros
-from builder.steps import Step, materialize, replace_dir
+from builder.steps import Step, file_digest, link_files, materialize, publish
 
 SAMPLE_VERSION = "9.2.sample"
 KERNEL_VERSION = "5.14.0-284.sample.el9"
@@ -23,7 +23,8 @@ VERSION="9.2 (SAMPLE)"
 ID="sample-edge"
 ID_LIKE="rhel fedora"
 VERSION_ID="9.2"
-PRETTY_NAME="Sample Edge OS 9.2 (SAMPLE stand-in for RHEL for Edge, built by microshift-edge-builder)"
+PRETTY_NAME="Sample Edge OS 9.2 (SAMPLE stand-in for RHEL for Edge)"
+# Built by microshift-edge-builder for offline demos and tests.
 """
 
 
@@ -138,12 +139,15 @@ def build_sample_base(ctx: Context) -> Path:
 
 
 def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
-    def fill_rpms(tmp: Path) -> None:
-        for rpm in rpms:
-            (tmp / rpm.name).hardlink_to(rpm)
-
-    replace_dir(base / "rpms", fill_rpms)
-    replace_dir(base / "repo", lambda tmp: createrepo(ctx.runner, rpms, tmp, epoch))
+    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch}
+    rpms_step = Step("sample-base-rpms", inputs)
+    repo_step = Step("sample-base-repo", inputs)
+    rpms_out, _ = materialize(rpms_step, ctx.build_dir,
+                              lambda out: link_files(rpms, out), ctx.progress)
+    repo_out, _ = materialize(repo_step, ctx.build_dir,
+                              lambda out: createrepo(ctx.runner, rpms, out, epoch), ctx.progress)
+    publish(ctx.build_dir, "sample-base/rpms", rpms_step, rpms_out)
+    publish(ctx.build_dir, "sample-base/repo", repo_step, repo_out)
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
                       f"repository {base / 'repo'}")
 

@@ -64,7 +64,7 @@ class Fields:
                                   f"got {value!r}")
         return value
 
-    def check(self, key: str, value: T, ok: Callable[[T], bool], allowed: str) -> T:
+    def check(self, key: str, value: T, ok: Callable[[T], object], allowed: str) -> T:
         if not ok(value):
             raise self.error(key, f"{value!r} is not allowed; allowed: {allowed}")
         return value

@@ -96,3 +96,36 @@ def tree_digest(root: Path) -> dict[str, str]:
     """sha256 and mode of every file under root, by relative path."""
     return {p.relative_to(root).as_posix(): f"{file_digest(p)}:{p.stat().st_mode & 0o777:o}"
             for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def publish(build_dir: Path, name: str, step: Step, source: Path) -> bool:
+    """Make BUILD/NAME a hard-linked copy of `source` (a step's output), unless it already is.
+
+    Returns False when BUILD/NAME already holds this step's output. The published id is kept
+    in BUILD/.published/NAME so user-facing directories carry no bookkeeping files.
+    """
+    marker = build_dir / ".published" / name
+    target = build_dir / name
+    if target.is_dir() and marker.is_file() and marker.read_text() == step.id:
+        return False
+
+    def fill(tmp: Path) -> None:
+        for path in sorted(source.rglob("*")):
+            dest = tmp / path.relative_to(source)
+            if path.name == STAMP and path.parent == source:
+                continue
+            if path.is_dir():
+                dest.mkdir()
+            else:
+                dest.hardlink_to(path)
+
+    replace_dir(target, fill)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(step.id)
+    return True
+
+
+def link_files(files: list[Path], dest: Path) -> None:
+    """Hard-link each file into dest under its own name."""
+    for path in files:
+        (dest / path.name).hardlink_to(path)

@@ -26,7 +26,7 @@ def environment(search_path: Path) -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
-        autoescape=False,  # noqa: S701 - renders specs/YAML/TOML/kickstart, not HTML
+        autoescape=False,  # renders specs, YAML, TOML and kickstarts, never HTML
     )
 
 
