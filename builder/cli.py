@@ -19,6 +19,7 @@ from builder.progress import Progress
 COMMAND_MODULES = (
     "builder.commands.packaging",
     "builder.commands.pipeline",
+    "builder.commands.composer",
 )
 
 
