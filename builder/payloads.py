@@ -6,8 +6,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import requests
-
 from builder.context import Context
 from builder.errors import BuildError, InputError
 from builder.release import Payload
@@ -31,6 +29,8 @@ def resolve_payload(ctx: Context, key: str, payload: Payload) -> Path:
 
 
 def _download(ctx: Context, url: str, sha256: str, dest: Path, key: str) -> None:
+    import requests  # only URL payloads need it; keeps no-op builds fast
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=dest.parent)
     tmp = Path(tmp_name)

@@ -10,6 +10,8 @@ from typing import Any
 from builder.context import Context
 from builder.progress import human_bytes
 
+STAGES = ("rpms",)
+
 
 def register(sub: Any) -> None:
     from builder.cli import add_build_dir
@@ -18,6 +20,8 @@ def register(sub: Any) -> None:
     add_build_dir(parser)
     parser.add_argument("--image", default="microshift-full",
                         help="image profile to compose (default: microshift-full)")
+    parser.add_argument("--until", choices=STAGES, default=STAGES[-1],
+                        help="stop after this stage (default: run them all)")
     parser.set_defaults(func=cmd_build_image)
 
 
