@@ -13,13 +13,16 @@ import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from builder.composer_client import ComposeStatus, WeldrClient
 from builder.composer_import import ImportedCommit, import_commit_tarball
 from builder.errors import BuildError, InputError
 from builder.progress import Progress
 from builder.runner import Runner
+
+if TYPE_CHECKING:
+    # Only for annotations: importing requests costs ~100 ms on every CLI start.
+    from builder.composer_client import ComposeStatus, WeldrClient
 
 COMPOSE_TYPES = ("edge-commit", "edge-installer")
 # osbuild-composer internal/weldr/api.go ValidBlueprintName

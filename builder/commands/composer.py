@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.composer import (
     COMPOSE_TYPES,
@@ -29,9 +29,11 @@ from builder.composer import (
     run_compose,
     wait_for_compose,
 )
-from builder.composer_client import DEFAULT_SOCKET, Endpoint, WeldrClient
 from builder.context import Context
 from builder.errors import InputError
+
+if TYPE_CHECKING:
+    from builder.composer_client import WeldrClient
 
 DEFAULT_REF = "rhel/9/x86_64/edge"
 
@@ -42,7 +44,7 @@ def register(sub: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_mutually_exclusive_group()
     where.add_argument("--socket", type=Path, default=None,
-                       help=f"Weldr API unix socket (default: {DEFAULT_SOCKET})")
+                       help="Weldr API unix socket (default: /run/weldr/api.socket)")
     # Not --url: composer-cli's `compose start-ostree --url` means the ostree repo URL,
     # and `compose --url` keeps that meaning here.
     where.add_argument("--service-url", dest="service_url", default=None, metavar="URL",
@@ -104,6 +106,9 @@ def _add_image(parser: argparse.ArgumentParser) -> None:
 
 
 def _client(args: argparse.Namespace) -> WeldrClient:
+    # Imported here: requests is only loaded when a composer action actually runs.
+    from builder.composer_client import Endpoint, WeldrClient
+
     if args.timeout <= 0:
         raise InputError("command line", "--timeout", f"{args.timeout:g} must be above 0")
     if args.service_url is not None:
@@ -112,7 +117,7 @@ def _client(args: argparse.Namespace) -> WeldrClient:
                              "http:// or https:// URL")
         endpoint = Endpoint(socket=None, url=args.service_url)
     else:
-        endpoint = Endpoint(socket=args.socket or DEFAULT_SOCKET)
+        endpoint = Endpoint(socket=args.socket) if args.socket else Endpoint()
     return WeldrClient(endpoint, timeout=args.timeout)
 
 
