@@ -119,8 +119,7 @@ class WeldrClient:
         self.sleep = sleep
         self.clock = clock
         if endpoint.url is None:
-            assert endpoint.socket is not None
-            self.session = unix_session(endpoint.socket)
+            self.session = unix_session(endpoint.socket or DEFAULT_SOCKET)
         else:
             self.session = requests.Session()
 

@@ -170,6 +170,29 @@ def test_edge_installer_over_tcp_downloads_the_iso(tmp_path: Path, build_dir: Pa
     assert json.loads(start.body)["ostree"]["url"] == "http://10.0.0.1/repo/"
 
 
+def test_cli_depsolve_status_wait_and_fetch(client: WeldrClient, fake: FakeWeldr,
+                                           socket_dir: Path, build_dir: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    sock = ["--socket", str(socket_dir / "api.socket")]
+    assert main(["composer", "push", "--image", IMAGE, "--build-dir", str(build_dir), *sock]) == 0
+    assert main(["composer", "depsolve", "--image", IMAGE, *sock]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "microshift-4.15.0-1.el9.x86_64", "microshift-networking-ovnk-4.15.0-1.el9.x86_64"]
+
+    options = ComposeOptions("edge-installer", REF, url="http://10.0.0.1/repo/")
+    uuid = client.start_compose(options.request(IMAGE))
+    assert main(["composer", "status", uuid, "--wait", "--poll-interval", "0", *sock]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == f"{uuid} FINISHED edge-installer {IMAGE} 0.1.0"
+    assert f"compose {uuid}: RUNNING" in err
+
+    assert main(["composer", "fetch", uuid, "--image", IMAGE, "--build-dir", str(build_dir),
+                 *sock]) == 0
+    iso = build_dir / "installer" / f"{IMAGE}.iso"
+    assert capsys.readouterr().out.strip() == f"{uuid} edge-installer {iso}"
+    assert iso.read_bytes().endswith(uuid.encode())
+
+
 def test_depsolve_returns_the_package_set(client: WeldrClient, build_dir: Path) -> None:
     client.push_blueprint(BLUEPRINT)
     names = {p["name"] for p in client.depsolve(IMAGE)}
