@@ -122,6 +122,10 @@ def _client(args: argparse.Namespace) -> WeldrClient:
 
 
 def _wait_options(args: argparse.Namespace) -> WaitOptions:
+    if args.poll_interval < 0:
+        raise InputError("command line", "--poll-interval", f"{args.poll_interval:g} is negative")
+    if args.wait_timeout is not None and args.wait_timeout <= 0:
+        raise InputError("command line", "--wait-timeout", f"{args.wait_timeout:g} must be above 0")
     return WaitOptions(poll_interval=args.poll_interval, timeout=args.wait_timeout)
 
 
