@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "builder.commands.packaging",
     "builder.commands.pipeline",
     "builder.commands.composer",
+    "builder.commands.blueprint",
 )
 
 
