@@ -1,0 +1,64 @@
+#!/bin/bash
+#
+# greenboot required check: the boot is healthy when microshift.service is enabled and active,
+# the API server is ready and every workload of core and of each installed component is ready.
+# All of it must happen within one wait timeout, which grows with each boot attempt of an
+# upgrade (see wait_timeout_seconds). A failure here makes greenboot retry the boot and, after
+# GREENBOOT_MAX_BOOT_ATTEMPTS, roll back to the previous deployment.
+set -euo pipefail
+
+# shellcheck source=usr/share/microshift/functions/greenboot.sh
+source "${MICROSHIFT_ROOT:-}/usr/share/microshift/functions/greenboot.sh"
+
+DEADLINE_MS=0
+FAILURE_LOG="${MICROSHIFT_GREENBOOT_RUN_DIR}/healthcheck-failure.log"
+
+# Wait for one condition until the shared deadline; on timeout, record what failed and exit.
+# arg1: description; argN: the command that succeeds once the condition holds.
+function require() {
+    local -r what="$1"
+    shift
+    if wait_until "${DEADLINE_MS}" "$@" ; then
+        echo "ok: ${what}"
+        return 0
+    fi
+    mkdir -p "${MICROSHIFT_GREENBOOT_RUN_DIR}"
+    echo "timed out after ${WAIT_TIMEOUT_SECS}s waiting for: ${what}" | tee "${FAILURE_LOG}"
+    echo "FAILURE"
+    exit 1
+}
+
+function microshift_service_active() {
+    [ "$(systemctl is-active microshift.service 2>/dev/null || true)" = "active" ]
+}
+
+echo "STARTED"
+print_boot_status
+
+if [ "$(systemctl is-enabled microshift.service 2>/dev/null || true)" != "enabled" ] ; then
+    echo "microshift.service is not enabled: nothing to check"
+    echo "FINISHED"
+    exit 0
+fi
+
+# Read the workload lists before waiting: a broken list fails the boot at once.
+if ! WORKLOADS="$(health_workloads)" ; then
+    echo "FAILURE: cannot read the MicroShift health lists"
+    exit 1
+fi
+mapfile -t WORKLOAD_LINES <<<"${WORKLOADS}"
+
+WAIT_TIMEOUT_SECS="$(wait_timeout_seconds)"
+DEADLINE_MS=$(( $(now_ms) + WAIT_TIMEOUT_SECS * 1000 ))
+echo "Waiting up to ${WAIT_TIMEOUT_SECS}s for MicroShift and ${#WORKLOAD_LINES[@]} workload(s)"
+
+require "microshift.service is active" microshift_service_active
+require "the API server is ready (/readyz)" api_ready
+for line in "${WORKLOAD_LINES[@]}" ; do
+    [ -n "${line}" ] || continue
+    read -r ns kind name <<<"${line}"
+    require "${kind} ${ns}/${name} is ready" workload_ready "${ns}" "${kind}" "${name}"
+done
+
+rm -f "${FAILURE_LOG}"
+echo "FINISHED"
