@@ -21,6 +21,8 @@ COMMAND_MODULES = (
     "builder.commands.pipeline",
     "builder.commands.composer",
     "builder.commands.blueprint",
+    "builder.commands.kickstart",
+    "builder.commands.installer",
 )
 
 
