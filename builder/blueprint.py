@@ -8,11 +8,7 @@ in blueprints/NAME.toml.j2 and extend blueprints/_microshift.toml.j2.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +17,7 @@ from typing import Any
 import jinja2
 
 from builder.catalog import BY_KEY, component
-from builder.context import PROJECT_ROOT, Context
+from builder.context import PROJECT_ROOT
 from builder.errors import BuildError, InputError
 from builder.release import Image, Release
 from builder.schema import Fields, load_yaml
@@ -279,91 +275,3 @@ def toml_text(text: str) -> str:
         return "'''\n" + text + "'''"
     return toml_string(text)
 
-
-@dataclass(frozen=True)
-class BlueprintOutput:
-    toml: Path
-    lock: Path
-    packages: int  # packages in the depsolved transaction, all architectures
-
-
-def build_blueprint(ctx: Context, name: str,
-                    blueprints_dir: Path = BLUEPRINTS_DIR) -> BlueprintOutput:
-    """Render, validate, check the offline image cache and depsolve one image's blueprint;
-    write DIR/blueprints/NAME.toml and NAME.lock.json only when all four pass."""
-    from builder.blueprint_images import component_images, missing_images
-    from builder.blueprint_validate import check_blueprint
-
-    release = ctx.release
-    profile = load_profile(name, blueprints_dir)
-    out_dir = ctx.path("blueprints")
-    toml_path, lock_path = out_dir / f"{name}.toml", out_dir / f"{name}.lock.json"
-    shown = f"blueprints/{name}.toml"
-    try:
-        with ctx.progress.step(f"blueprint: {name} ({', '.join(profile.components)})"):
-            text = render_blueprint(release, profile)
-            data = check_blueprint(text, shown)
-            cached = [c["source"] for c in data.get("containers", [])]
-            with tempfile.TemporaryDirectory(prefix="plugins-") as scratch:
-                problems = missing_images(
-                    component_images(release, profile.components, Path(scratch)), cached)
-            if problems:
-                raise BuildError(f"{shown}: the image cache misses what the components run:\n"
-                                 + "\n".join(problems))
-            ctx.progress.info(f"valid; {len(cached)} images cached by digest")
-            lock = _depsolve_all(ctx, data, text)
-            _write_pair(out_dir, {toml_path: text.encode(), lock_path: _lock_bytes(lock)})
-    except BuildError:
-        # A blueprint that no longer matches release.yaml must not be composed by mistake.
-        for stale in (toml_path, lock_path):
-            stale.unlink(missing_ok=True)
-        raise
-    for path in (toml_path, lock_path):
-        ctx.progress.wrote(str(path), path.stat().st_size)
-    count = sum(len(pkgs) for pkgs in lock["architectures"].values())
-    return BlueprintOutput(toml=toml_path, lock=lock_path, packages=count)
-
-
-def _depsolve_all(ctx: Context, data: Mapping[str, Any], text: str) -> dict[str, Any]:
-    from builder.depsolve import depsolve, repo_sources
-
-    release = ctx.release
-    sources = repo_sources(ctx.build_dir, release)
-    wanted = [(p["name"], p.get("version", "")) for p in data.get("packages", [])]
-    arches: dict[str, list[dict[str, Any]]] = {}
-    with ctx.progress.step(f"depsolve: {len(wanted)} packages with libsolv"):
-        for arch in release.architectures:
-            locked = depsolve(wanted, sources, arch, ctx.path(".cache", "repos"),
-                              runner=ctx.runner)
-            arches[arch] = [pkg.as_json() for pkg in locked]
-            ctx.progress.info(f"{arch}: {len(locked)} packages in the transaction")
-    return {
-        "blueprint": data["name"],
-        "version": data.get("version", ""),
-        "release": release.evr,
-        "blueprint_sha256": hashlib.sha256(text.encode()).hexdigest(),
-        "repos": {s.name: {"kind": s.kind, "location": s.label} for s in sources},
-        "architectures": arches,
-    }
-
-
-def _lock_bytes(lock: Mapping[str, Any]) -> bytes:
-    return (json.dumps(lock, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
-
-
-def _write_pair(out_dir: Path, files: Mapping[Path, bytes]) -> None:
-    """Write every file to a temporary name, then rename them all into place."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    staged: dict[Path, Path] = {}
-    try:
-        for path, data in files.items():
-            handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", dir=out_dir)
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            os.chmod(tmp_name, 0o644)
-            staged[path] = Path(tmp_name)
-        for path, tmp in staged.items():
-            os.replace(tmp, path)
-    finally:
-        for tmp in staged.values():
-            tmp.unlink(missing_ok=True)

@@ -10,6 +10,7 @@ checksums in repomd.xml before libsolv reads it. Problems come back in libsolv's
 from __future__ import annotations
 
 import bz2
+import fnmatch
 import gzip
 import hashlib
 import lzma
@@ -34,7 +35,6 @@ class RepoSource:
     name: str
     kind: str      # "project" | "sample" | "path" | "url"
     location: str  # a local directory holding repodata/, or a URL
-    label: str     # how the lock file names it: relative to the build dir, a path or a URL
 
 
 @dataclass(frozen=True)
@@ -54,21 +54,23 @@ class LockedPackage:
         return f"{self.name}-{epoch}{self.version}-{self.release}.{self.arch}"
 
     def as_json(self) -> dict[str, Any]:
-        return {"nevra": self.nevra, **asdict(self)}
+        algorithm, _, digest = self.checksum.partition(":")
+        extra = {"sha256": digest} if algorithm == "sha256" else {}
+        return {"nevra": self.nevra, **asdict(self), **extra}
 
 
 def repo_sources(build_dir: Path, release: Release) -> list[RepoSource]:
     """The project's repository, then release.yaml's base repositories, in that order."""
-    sources = [RepoSource(PROJECT_REPO, "project", str(build_dir / "repo"), "repo")]
+    sources = [RepoSource(PROJECT_REPO, "project", str(build_dir / "repo"))]
     for index, repo in enumerate(release.base_repos):
         if repo.name == PROJECT_REPO:
             raise InputError(str(release.path), f"base.repos[{index}].name",
                              f"{repo.name!r} is reserved for the project's own repository")
         if repo.kind == "sample":
-            sources.append(RepoSource(repo.name, "sample", str(build_dir / "sample-base" /
-                                                                "repo"), "sample-base/repo"))
+            sources.append(RepoSource(repo.name, "sample",
+                                      str(build_dir / "sample-base" / "repo")))
         else:
-            sources.append(RepoSource(repo.name, repo.kind, repo.location, repo.location))
+            sources.append(RepoSource(repo.name, repo.kind, repo.location))
     return sources
 
 
@@ -92,8 +94,8 @@ def depsolve(packages: Sequence[tuple[str, str]], sources: Sequence[RepoSource],
     problems = solver.solve(jobs)
     if problems:
         raise BuildError(_explain(pool, problems, packages, arch),
-                         hint="pick one provider per slot, or fix the package names and "
-                              "versions; `python -m builder rpms` rebuilds the repository")
+                         hint="fix the image's packages (blueprints/profiles.yaml) or the "
+                              "repositories; `python -m builder rpms` rebuilds the project's")
     chosen = solver.transaction().newsolvables()
     return sorted((_locked(s) for s in chosen), key=lambda p: (p.name, p.arch, p.nevra))
 
@@ -122,7 +124,8 @@ def _download_repo(source: RepoSource, dest: Path, fetch: Fetch) -> Path:
     base = source.location.rstrip("/") + "/"
     (dest / "repodata").mkdir(parents=True, exist_ok=True)
     _write_atomic(dest / "repodata" / "repomd.xml", fetch(base + "repodata/repomd.xml"))
-    probe = solv.Pool().add_repo(source.name)
+    probe_pool = solv.Pool()  # the repo needs its pool alive: libsolv frees repos with it
+    probe = probe_pool.add_repo(source.name)
     _add_repomd(probe, dest)
     for kind in ("primary", "filelists"):
         entry = _repomd_entry(probe, kind)
@@ -257,12 +260,12 @@ def _job(pool: Any, name: str, version: str) -> Any:
         return pool.Job(solv.Job.SOLVER_INSTALL | solv.Job.SOLVER_SOLVABLE_NAME,
                         pool.Dep(name).id)
     if GLOB_CHARS.search(version):
-        flags = (solv.Selection.SELECTION_NAME | solv.Selection.SELECTION_CANON
-                 | solv.Selection.SELECTION_GLOB)
-        selection = pool.select(f"{name}-{version}", flags)
-        jobs = selection.jobs(solv.Job.SOLVER_INSTALL)
-        if jobs:
-            return jobs[0]
+        # libsolv globs only names, so match the EVRs here and let it pick one of them.
+        matches = [s.id for s in pool.select(name, _name_selection()).solvables()
+                   if _evr_matches(s.evr, version)]
+        if matches:
+            return pool.Job(solv.Job.SOLVER_INSTALL | solv.Job.SOLVER_SOLVABLE_ONE_OF,
+                            pool.towhatprovides(matches))
     # name = [epoch:]version[-release]: libsolv compares the EVR as rpm does.
     dep = pool.Dep(name).Rel(solv.REL_EQ, pool.Dep(version))
     return pool.Job(solv.Job.SOLVER_INSTALL | solv.Job.SOLVER_SOLVABLE_NAME, dep.id)
@@ -282,8 +285,7 @@ def _explain(pool: Any, problems: Sequence[Any], packages: Sequence[tuple[str, s
         available = sorted({s.evr for s in pool.select(name, _name_selection()).solvables()})
         if not available:
             lines.append(f"  {name}: no repository has a package of that name")
-        elif version and version != "*" and not GLOB_CHARS.search(version) \
-                and not any(_evr_matches(evr, version) for evr in available):
+        elif version not in ("", "*") and not any(_evr_matches(e, version) for e in available):
             lines.append(f"  {name}: version {version} is not available; "
                          f"the repositories have {', '.join(available)}")
     return "\n".join(lines)
@@ -295,8 +297,12 @@ def _name_selection() -> int:
     return int(solv.Selection.SELECTION_NAME)
 
 
-def _evr_matches(evr: str, version: str) -> bool:
-    return evr == version or evr.startswith(version + "-") or evr.endswith(":" + version)
+def _evr_matches(evr: str, pattern: str) -> bool:
+    """Does a blueprint version (VERSION, VERSION-RELEASE, E:V-R, or a glob of these, as dnf
+    reads `name-version`) select this EVR?"""
+    without_epoch = evr.rpartition(":")[2]
+    candidates = (evr, without_epoch, without_epoch.rpartition("-")[0])
+    return any(fnmatch.fnmatchcase(candidate, pattern) for candidate in candidates)
 
 
 def _locked(solvable: Any) -> LockedPackage:

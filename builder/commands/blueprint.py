@@ -29,7 +29,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_blueprint(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint import BLUEPRINTS_DIR, build_blueprint, load_profiles
+    from builder.blueprint import BLUEPRINTS_DIR, load_profiles
+    from builder.blueprint_build import build_blueprint
 
     blueprints_dir = (args.blueprints or BLUEPRINTS_DIR).resolve()
     names: list[str] = args.image or ["microshift-full"]
@@ -38,6 +39,6 @@ def cmd_blueprint(ctx: Context, args: argparse.Namespace) -> int:
     ctx.release  # validate release.yaml before any work  # noqa: B018
     for name in names:
         out = build_blueprint(ctx, name, blueprints_dir)
-        ctx.progress.info(f"{name}: {out.toml} and {out.lock.name} "
+        ctx.progress.info(f"{name}: {out.toml} and {', '.join(p.name for p in out.locks)} "
                           f"({out.packages} packages locked)")
     return 0
