@@ -233,7 +233,7 @@ def _fs_nodes(check: _Checker, custom: dict[str, Any]) -> None:
             if path is None:
                 continue
             if not policy_allows(path, policy):
-                check.add(f"{field}.path", f"{path} is not allowed: {kind}s are {rule}")
+                check.add(f"{field}.path", f"{path} is not allowed: {key} are {rule}")
             if path in nodes:
                 check.add(f"{field}.path", f"duplicate path {path} "
                                            f"(also {nodes[path][0]}.path)")
