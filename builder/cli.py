@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "builder.commands.pipeline",
     "builder.commands.composer",
     "builder.commands.blueprint",
+    "builder.commands.compose",
     "builder.commands.kickstart",
     "builder.commands.installer",
 )

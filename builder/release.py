@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.catalog import BY_KEY
 from builder.errors import InputError
+from builder.ostree_config import OstreeSettings, parse_ostree
 from builder.schema import Fields, load_yaml
 from builder.steps import file_digest as sha256_file
 
@@ -79,6 +80,8 @@ class Release:
     source_date_epoch: int
     components: tuple[ComponentRelease, ...]
     base_repos: tuple[Repo, ...]
+    # Optional `ostree:` section (builder/ostree_config.py): ref, base commit, deltas.
+    ostree: OstreeSettings = field(default_factory=OstreeSettings)
 
     @property
     def evr(self) -> str:
@@ -117,9 +120,11 @@ def load_release(path: Path) -> Release:
         raise comps_fields.error("core", "is required: every release ships microshift-core")
     base = top.child("base")
     repos = _base_repos(base, path.parent) if base else (Repo("sample-base", "sample", ""),)
+    ostree = parse_ostree(top.child("ostree"), path.parent)
     top.close()
     return Release(path=path, version=version, release=release, architectures=arches,
-                   source_date_epoch=epoch, components=components, base_repos=repos)
+                   source_date_epoch=epoch, components=components, base_repos=repos,
+                   ostree=ostree)
 
 
 def _component(parent: Fields, key: str, root: Path) -> ComponentRelease:

@@ -1,0 +1,99 @@
+"""`compose`, `deltas` and `apply-delta`: local ostree commits, static deltas, USB updates."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from builder.context import Context
+from builder.errors import InputError
+
+
+def register(sub: Any) -> None:
+    from builder.cli import add_build_dir
+
+    compose = sub.add_parser("compose", help="compose an ostree commit from a rendered blueprint")
+    add_build_dir(compose)
+    compose.add_argument("--image", default="microshift-full",
+                         help="image profile (DIR/blueprints/NAME.toml; default microshift-full)")
+    compose.add_argument("--ref", help="ostree ref to commit on (default: release.yaml "
+                                       "ostree.ref, else the profile's ref)")
+    compose.add_argument("--authfile", type=Path, help="registry auth file for skopeo")
+    _signing_args(compose)
+    compose.set_defaults(func=cmd_compose)
+
+    deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
+    add_build_dir(deltas)
+    target = deltas.add_mutually_exclusive_group()
+    target.add_argument("--image", help="the image whose ref to use (default microshift-full)")
+    target.add_argument("--ref", help="the ostree ref to make deltas for")
+    deltas.add_argument("--from-count", type=int, default=None,
+                        help="deltas from this many previous commits (default: release.yaml "
+                             "ostree.deltas_from, 3)")
+    deltas.add_argument("--no-offline", action="store_true",
+                        help="skip the offline delta files in DIR/deltas/")
+    _signing_args(deltas)
+    deltas.set_defaults(func=cmd_deltas)
+
+    apply = sub.add_parser("apply-delta",
+                           help="apply an offline delta file to an ostree repo (USB updates)")
+    apply.add_argument("--repo", type=Path, required=True, help="the device's ostree repo")
+    apply.add_argument("delta", type=Path, help="a .delta file written by `deltas`")
+    apply.set_defaults(func=cmd_apply_delta)
+
+
+def _signing_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpg-homedir", type=Path,
+                        help="GnuPG home with the signing key (default: the SAMPLE key in "
+                             "DIR/gpg when the base is the SAMPLE base)")
+    parser.add_argument("--gpg-key", help="key id or fingerprint to sign with")
+
+
+def signing_key(ctx: Context, args: argparse.Namespace) -> Any:
+    from builder.signing import ensure_sample_key, resolve_key
+
+    if (args.gpg_homedir is None) != (args.gpg_key is None):
+        raise InputError("command line", "--gpg-homedir/--gpg-key",
+                         "give both or neither")
+    if args.gpg_key is not None:
+        return resolve_key(ctx.runner, args.gpg_homedir.resolve(), args.gpg_key)
+    if ctx.release.ostree.base.is_sample:
+        return ensure_sample_key(ctx)
+    ctx.progress.info("no --gpg-key: the commit and summary are NOT signed")
+    return None
+
+
+def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.compose import KILL_ENV, ComposeOptions, compose_image, kill_at, no_checkpoint
+
+    ctx.release  # validate before any work  # noqa: B018
+    kill_stage = os.environ.get(KILL_ENV)
+    options = ComposeOptions(
+        ref=args.ref, key=signing_key(ctx, args),
+        auth_file=args.authfile.resolve() if args.authfile else None,
+        checkpoint=kill_at(kill_stage) if kill_stage else no_checkpoint)
+    compose_image(ctx, args.image, options)
+    return 0
+
+
+def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.deltas import DeltaOptions, generate_deltas
+
+    if args.from_count is not None and args.from_count < 0:
+        raise InputError("command line", "--from-count", "must be 0 or more")
+    options = DeltaOptions(ref=args.ref, image=args.image or "microshift-full",
+                           from_count=args.from_count, key=signing_key(ctx, args),
+                           offline=not args.no_offline)
+    report = generate_deltas(ctx, options)
+    print(report.text())
+    return 0
+
+
+def cmd_apply_delta(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.deltas import apply_offline
+
+    commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve())
+    ctx.progress.info(f"applied {args.delta}: {args.repo} now holds commit {commit}")
+    return 0

@@ -1,0 +1,167 @@
+"""GPG signing of what the pipeline publishes: ostree commits and summaries, RPMs, repo metadata.
+
+A key is named by its id (fingerprint preferred) in a GnuPG home directory. The sample flow
+makes a throwaway key in DIR/gpg, labelled SAMPLE in its user id, with no passphrase; a
+real release passes its own `--gpg-homedir` and `--gpg-key`.
+
+Signatures over RPMs and repomd.xml carry a creation time; it is pinned (gpg
+--faked-system-time) to the release's source_date_epoch, or to the key's creation time when
+the key is younger, so signing the same bytes twice gives the same signed bytes.
+ostree commit signatures live in detached metadata and never change the commit checksum.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.context import Context
+from builder.errors import BuildError, InputError
+from builder.runner import Runner
+
+SAMPLE_UID = ("MicroShift edge builder SAMPLE signing key (throwaway) "
+              "<sample-signing@example.invalid>")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    key_id: str
+    homedir: Path
+
+    def ostree_flags(self) -> list[str]:
+        return [f"--gpg-sign={self.key_id}", f"--gpg-homedir={self.homedir}"]
+
+
+def _gpg(runner: Runner, homedir: Path, *args: str, input: bytes | None = None,
+         epoch: int | None = None) -> str:
+    argv = ["gpg", "--homedir", str(homedir), "--batch", "--no-tty", "--pinentry-mode",
+            "loopback", "--passphrase", ""]
+    if epoch is not None:
+        # '!' freezes the clock; --ignore-time-conflict: the host clock may be past the epoch.
+        argv += ["--faked-system-time", f"{_gpg_time(epoch)}!", "--ignore-time-conflict"]
+    return runner.output([*argv, *args], input=input)
+
+
+def _gpg_time(epoch: int) -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(epoch))
+
+
+def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
+    """(fingerprint, creation time) of a secret key; a clear error when it is not there."""
+    try:
+        listing = _gpg(runner, homedir, "--with-colons", "--list-secret-keys", key_id)
+    except BuildError as exc:
+        raise InputError("command line", "--gpg-key",
+                         f"no secret key {key_id!r} in GnuPG home {homedir}",
+                         hint="list keys with `gpg --homedir DIR --list-secret-keys`") from exc
+    created, fingerprint = 0, ""
+    for line in listing.splitlines():
+        fields = line.split(":")
+        if fields[0] == "sec" and not created:
+            created = int(fields[5] or 0)
+        elif fields[0] == "fpr" and not fingerprint:
+            fingerprint = fields[9]
+    if not fingerprint:
+        raise InputError("command line", "--gpg-key", f"no secret key {key_id!r} in {homedir}")
+    return fingerprint, created
+
+
+def resolve_key(runner: Runner, homedir: Path, key_id: str) -> SigningKey:
+    fingerprint, _ = key_info(runner, homedir, key_id)
+    return SigningKey(fingerprint, homedir)
+
+
+def ensure_sample_key(ctx: Context) -> SigningKey:
+    """The throwaway SAMPLE key in DIR/gpg, created once (dated at source_date_epoch)."""
+    homedir = ctx.path("gpg")
+    runner = ctx.runner
+    if (homedir / "pubring.kbx").is_file():
+        try:
+            return resolve_key(runner, homedir, SAMPLE_UID)
+        except InputError:
+            pass
+    # Build the keyring next to its final place and rename it in: a crash leaves no
+    # half-made homedir that a later run would trust.
+    ctx.build_dir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gpg-", dir=ctx.build_dir))
+    try:
+        tmp.chmod(0o700)
+        _gpg(runner, tmp, "--quick-gen-key", SAMPLE_UID, "rsa3072", "sign", "never",
+             epoch=ctx.release.source_date_epoch)
+        stop_agent(runner, tmp)
+        if homedir.exists():
+            shutil.rmtree(homedir)
+        os.replace(tmp, homedir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    key = resolve_key(runner, homedir, SAMPLE_UID)
+    export_public_key(runner, key, ctx.path("gpg", "SAMPLE-signing-key.asc"))
+    ctx.progress.info(f"created the SAMPLE signing key {key.key_id} in {homedir} (throwaway, "
+                      "no passphrase; use --gpg-homedir/--gpg-key for a real release)")
+    return key
+
+
+def export_public_key(runner: Runner, key: SigningKey, dest: Path) -> Path:
+    armored = _gpg(runner, key.homedir, "--armor", "--export", key.key_id)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.write_text(armored)
+    os.replace(tmp, dest)
+    return dest
+
+
+def stop_agent(runner: Runner, homedir: Path) -> None:
+    """gpg starts an agent per homedir; stop ours so no process outlives the build."""
+    runner.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], check=False)
+
+
+def signature_epoch(runner: Runner, key: SigningKey, source_date_epoch: int) -> int:
+    _, created = key_info(runner, key.homedir, key.key_id)
+    return max(source_date_epoch, created)
+
+
+def sign_rpms(ctx: Context, rpms: list[Path], key: SigningKey) -> None:
+    """Add an RSA/EdDSA header signature to each RPM with rpmsign.
+
+    Each file is signed as a copy and renamed over the original: the RPMs in DIR/rpms are
+    hard links into the step cache, which must keep the unsigned bytes it was keyed on.
+    """
+    gpg = shutil.which("gpg")
+    if gpg is None:
+        raise BuildError("gpg is not installed; it is needed to sign RPMs")
+    epoch = signature_epoch(ctx.runner, key, ctx.release.source_date_epoch)
+    extra = (f"--faked-system-time {_gpg_time(epoch)}! --ignore-time-conflict "
+             "--pinentry-mode loopback --passphrase ''")
+    with ctx.progress.step(f"sign {len(rpms)} RPMs with {key.key_id[-16:]}"):
+        for rpm in rpms:
+            tmp = rpm.with_name(f".{rpm.name}.signing")
+            shutil.copyfile(rpm, tmp)
+            try:
+                ctx.runner.run(["rpmsign", "--addsign", "--define", f"__gpg {gpg}",
+                                "--define", f"_gpg_name {key.key_id}",
+                                "--define", f"_gpg_path {key.homedir}",
+                                "--define", f"_gpg_sign_cmd_extra_args {extra}", str(tmp)],
+                               input=b"")
+                os.replace(tmp, rpm)
+            finally:
+                tmp.unlink(missing_ok=True)
+    stop_agent(ctx.runner, key.homedir)
+
+
+def sign_repo(ctx: Context, repo_dir: Path, key: SigningKey) -> Path:
+    """Write repodata/repomd.xml.asc, the detached signature dnf checks with repo_gpgcheck."""
+    repomd = repo_dir / "repodata" / "repomd.xml"
+    if not repomd.is_file():
+        raise BuildError(f"{repo_dir} is not a yum repository (no repodata/repomd.xml)")
+    epoch = signature_epoch(ctx.runner, key, ctx.release.source_date_epoch)
+    signature = repomd.with_name("repomd.xml.asc")
+    tmp = repomd.with_name(".repomd.xml.asc.tmp")
+    tmp.unlink(missing_ok=True)
+    _gpg(ctx.runner, key.homedir, "--local-user", key.key_id, "--armor", "--detach-sign",
+         "--output", str(tmp), str(repomd), epoch=epoch)
+    os.replace(tmp, signature)
+    stop_agent(ctx.runner, key.homedir)
+    return signature
