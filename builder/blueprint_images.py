@@ -6,6 +6,8 @@ of the chosen components' plugins names must be embedded through the blueprint's
 plugin directories /usr/lib/microshift/components.d/NNN-name/ with their kustomize files),
 finds each pod container's `image:` (containers, initContainers, ephemeralContainers) and
 applies kustomization `images:` rewrites (name -> newName, newTag, digest) as kustomize would.
+Images handed over any other way (environment values, text a plugin script prints) are not
+seen: components keep their pod images in manifest files for this check to work.
 """
 
 from __future__ import annotations

@@ -203,3 +203,40 @@ def test_unreachable_url_repository_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(BuildError) as err:
         depsolve([("core", "")], [RepoSource("remote", "url", url)], "x86_64", tmp_path)
     assert f"cannot download {url}repodata/repomd.xml" in str(err.value)
+
+
+def _recompress_to_zstd(repo: Path) -> None:
+    """Rewrite a repository's gzip metadata as zstd (createrepo_c >= 1.0's default, which
+    older createrepo_c cannot produce), fixing locations and checksums in repomd.xml."""
+    import gzip
+    import subprocess
+
+    repomd = repo / "repodata" / "repomd.xml"
+    text = repomd.read_text()
+    for old in sorted((repo / "repodata").glob("*.xml.gz")):
+        plain = gzip.decompress(old.read_bytes())
+        packed = subprocess.run(["zstd", "-q", "-c"], input=plain, capture_output=True,
+                                check=True).stdout
+        digest = hashlib.sha256(packed).hexdigest()
+        new = old.with_name(f"{digest}-{old.name.split('-', 1)[1][:-3]}.zst")
+        new.write_bytes(packed)
+        text = text.replace(old.name, new.name)
+        text = text.replace(hashlib.sha256(old.read_bytes()).hexdigest(), digest)
+        old.unlink()
+    repomd.write_text(text)
+
+
+@pytest.mark.parametrize("compression", ["xz", "bz2", "zstd"])
+def test_compressed_metadata_of_every_kind(repo: Path, tmp_path: Path,
+                                           compression: str) -> None:
+    copy = tmp_path / "copy"
+    shutil.copytree(repo, copy, ignore=shutil.ignore_patterns("repodata"))
+    if compression == "zstd":
+        createrepo(Runner(), [], copy, EPOCH)
+        _recompress_to_zstd(copy)
+    else:
+        Runner().run(["createrepo_c", "--quiet", "--no-database",
+                      f"--general-compress-type={compression}", str(copy)])
+    assert next((copy / "repodata").glob(f"*-primary.xml.{compression[:3]}"))
+    locked = depsolve([("core", "4.14.2-1")], source(copy), "x86_64", tmp_path / "cache")
+    assert {p.name for p in locked} == {"core", "runtime", "helper-tools"}
