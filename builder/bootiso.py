@@ -88,6 +88,10 @@ def inspect_boot_iso(runner: Runner, iso: Path) -> IsoListing:
     except BuildError as exc:
         raise BuildError(f"{iso}: not a readable ISO image",
                          hint="pass the RHEL 9 boot ISO with --boot-iso") from exc
+    if not listing.files:
+        # xorriso treats a file without an ISO 9660 volume as a blank image, not an error.
+        raise BuildError(f"{iso}: not a readable ISO image (no ISO 9660 file system)",
+                         hint="pass the RHEL 9 boot ISO with --boot-iso")
     missing = [m for m in INSTALLER_MARKERS if not listing.has(m)]
     if not listing.has(ISOLINUX_CFG) and not any(listing.has(c) for c in GRUB_CFGS):
         missing.append(f"{ISOLINUX_CFG} or {GRUB_CFGS[0]}")
