@@ -109,7 +109,9 @@ def stage_repo(runner: Runner, source: Path, ref: str, dest: Path) -> str:
     dest.mkdir(parents=True)
     _ostree(runner, dest, "init", "--mode=archive")
     _ostree(runner, dest, "pull-local", "--depth=0", str(source), ref)
-    _ostree(runner, dest, "summary", "-u")
+    # No summary file: it records when it was generated (ostree.summary.last-modified, which
+    # cannot be pinned), so it would make every ISO different. Anaconda pulls the one ref by
+    # name, which needs no summary, and a summary that is absent can never be stale.
     # Pull scratch space: empty, but ostree expects the directory to exist.
     for leftover in (dest / "tmp").iterdir():
         if leftover.is_dir():
@@ -186,19 +188,27 @@ def _write_iso(runner: Runner, request: IsoRequest, iso: Path,
     stage = work / "stage"
     maps = {"ostree": stage / "ostree", KICKSTART_NAME: stage / KICKSTART_NAME,
             MANIFEST_NAME: stage / MANIFEST_NAME}
-    # xorriso honours SOURCE_DATE_EPOCH for every timestamp and the volume UUID, so the
-    # same inputs give the same ISO bytes.
+    # xorriso takes the volume dates and UUID from SOURCE_DATE_EPOCH, and each file's dates
+    # from its mtime, which is clamped to the same epoch: same inputs, same ISO bytes.
     env = {**bootiso.C_LOCALE, "SOURCE_DATE_EPOCH": str(request.source_date_epoch)}
     if listing is None:
+        clamp_mtimes(stage, request.source_date_epoch)
         runner.run(bootiso.data_iso_argv(iso, manifest.volume_id, maps), env=env)
         return
     # The pull secret must not be saved onto the device with the kickstart copies.
     extra = ("inst.nosave=all_ks",) if request.kickstart_private else ()
     args = bootiso.kernel_args(listing.volume_id, KICKSTART_NAME, extra)
     updates = bootiso.patch_boot_configs(runner, listing, work / "boot", args)
+    clamp_mtimes(work, request.source_date_epoch)
     runner.run(bootiso.replay_argv(listing.path, iso, updates, maps), env=env)
     # The "Test this media" entry checks the implanted MD5, which the rebuild invalidated.
     runner.run(["implantisomd5", "--force", str(iso)])
+
+
+def clamp_mtimes(root: Path, epoch: int) -> None:
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            os.utime(path, (epoch, epoch))
 
 
 def _publish(iso: Path, manifest: Manifest, output: Path) -> None:

@@ -34,6 +34,9 @@ KICKSTART_DIR = PROJECT_ROOT / "kickstart"
 VARIANTS = {"network": "network.ks.j2", "embedded": "embedded.ks.j2"}
 ISO_REPO_DIR = "ostree/repo"  # where the ostree repository sits on the installer ISO
 EMBEDDED_REPO_URL = f"file:///run/install/repo/{ISO_REPO_DIR}"
+# A data ISO attached beside a stock boot ISO is mounted here by the kickstart's %pre.
+DATA_MEDIA_MOUNT = "/run/install/microshift"
+DATA_MEDIA_URL = f"file://{DATA_MEDIA_MOUNT}/{ISO_REPO_DIR}"
 DEFAULT_TRUSTED_SOURCES = ("10.42.0.0/16", "169.254.169.1")
 SECRET_PATH = "/etc/crio/openshift-pull-secret"
 
@@ -67,9 +70,14 @@ class KickstartContext:
     timezone: str = "UTC"
     admin_user: str = "redhat"
     ssh_key: str | None = None   # public key line for admin_user; None: no user account
+    media_label: str | None = None  # volume id of a data ISO to mount (install_url: DATA_...)
 
     def __post_init__(self) -> None:
         _check_context(self)
+
+    @property
+    def media_mount(self) -> str:
+        return DATA_MEDIA_MOUNT
 
 
 def _bad(field: str, problem: str, hint: str | None = None) -> InputError:
@@ -102,6 +110,10 @@ def _check_context(ks: KickstartContext) -> None:
 
 
 def _check_options(ks: KickstartContext) -> None:
+    if ks.media_label is not None and (not re.match(r"^[A-Z0-9_-]{1,32}$", ks.media_label)
+                                       or ks.install_url != DATA_MEDIA_URL):
+        raise _bad("media_label", f"{ks.media_label!r} needs install_url {DATA_MEDIA_URL} and "
+                                  "a volume id of 1-32 characters A-Z, 0-9, '_', '-'")
     if ks.gpg_verify and ks.gpg_key is None:
         raise _bad("gpg_key", "the commit is signed but no public key was given",
                    "export it with `gpg --export --armor KEYID > key.asc` and pass it")

@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -134,7 +135,9 @@ def test_iso_holds_kickstart_repo_and_manifest(build_dir: Path, tmp_path: Path) 
 
     kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
     validate(kickstart)
-    assert "--url=file:///run/install/repo/ostree/repo" in kickstart
+    # A data ISO sits beside a stock boot ISO: its kickstart mounts it by its own label.
+    assert "mount -o ro /dev/disk/by-label/MICROSHIFT-FULL /run/install/microshift" in kickstart
+    assert "--url=file:///run/install/microshift/ostree/repo" in kickstart
     sidecar = json.loads((build_dir / "installer" / f"{IMAGE}.json").read_text())
     assert sidecar["iso"]["sha256"] == hashlib.sha256(iso.read_bytes()).hexdigest()
 
@@ -152,6 +155,7 @@ def test_iso_repo_holds_only_the_image_commit(build_dir: Path, tmp_path: Path) -
 def test_same_inputs_give_the_same_iso(build_dir: Path) -> None:
     assert installer(build_dir) == 0
     first = (build_dir / "installer" / f"{IMAGE}.iso").read_bytes()
+    time.sleep(1.1)  # file dates have one-second resolution: make the wall clock move
     assert installer(build_dir) == 0
     assert (build_dir / "installer" / f"{IMAGE}.iso").read_bytes() == first
 
@@ -200,6 +204,10 @@ def test_boot_iso_gets_inst_ks_in_grub_and_isolinux(build_dir: Path, tmp_path: P
     sh("checkisomd5", iso)
     repo = extract(iso, "/ostree", tmp_path / "x/ostree") / "repo"
     sh("ostree", f"--repo={repo}", "fsck")
+    # Booted from this ISO, Anaconda has it at /run/install/repo: no extra mount.
+    kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
+    assert "--url=file:///run/install/repo/ostree/repo" in kickstart
+    assert "/dev/disk/by-label" not in kickstart
 
 
 def test_non_installer_iso_is_rejected_and_nothing_is_written(

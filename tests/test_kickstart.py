@@ -11,12 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pykickstart.constants import KS_SCRIPT_PRE
 from pykickstart.parser import KickstartParser
 from pykickstart.version import RHEL9, makeVersion
 
 from builder.blueprint import load_profile, render_blueprint
 from builder.errors import BuildError, InputError
 from builder.kickstart import (
+    DATA_MEDIA_URL,
     EMBEDDED_REPO_URL,
     KickstartContext,
     load_image_facts,
@@ -102,6 +104,15 @@ def test_every_variant_passes_pykickstart(variant: str, storage: bool, with_secr
 def test_embedded_variant_installs_from_the_iso_repo() -> None:
     handler = parse(render("embedded", context(install_url=EMBEDDED_REPO_URL)))
     assert handler.ostreesetup.url == "file:///run/install/repo/ostree/repo"
+
+
+def test_embedded_variant_on_a_data_iso_mounts_it_by_label() -> None:
+    text = render("embedded", context(install_url=DATA_MEDIA_URL, media_label="MICROSHIFT-X"))
+    handler = parse(text)
+    assert handler.ostreesetup.url == "file:///run/install/microshift/ostree/repo"
+    (pre,) = [s for s in handler.scripts if "/dev/disk/by-label/MICROSHIFT-X" in s.script]
+    assert pre.type == KS_SCRIPT_PRE
+    assert "mount -o ro /dev/disk/by-label/MICROSHIFT-X /run/install/microshift" in pre.script
 
 
 # --- partitioning -----------------------------------------------------------------------
@@ -242,6 +253,7 @@ def test_validate_rejects_a_kickstart_without_ostreesetup() -> None:
     ("microshift_config", "a: 1\nMICROSHIFT_CONFIG_EOF\n", "microshift_config: .*delimiter"),
     ("ssh_key", 'ssh-ed25519 AAAA "x"', "ssh_key: .*without quotes"),
     ("gpg_verify", True, "gpg_key: the commit is signed but no public key"),
+    ("media_label", "MICROSHIFT", "media_label: .*needs install_url"),
 ])
 def test_bad_context_values_are_refused(field: str, value: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -313,3 +325,15 @@ def test_kickstart_command_errors_write_nothing(tmp_path: Path,
                    "--image", "microshift-full") == 2
     assert "--url" in capsys.readouterr().err
     assert not (tmp_path / "kickstart").exists()
+
+
+def test_the_secret_reaches_no_output_even_with_debug(
+        tmp_path: Path, pull_secret: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    write_blueprints(tmp_path, "microshift-full")
+    caplog.set_level("DEBUG")
+    assert run_cli("--debug", "--release", RELEASE, "kickstart", "--build-dir", tmp_path,
+                   "--image", "microshift-full", "--url", "http://updates.example.com/repo",
+                   "--pull-secret", pull_secret) == 0
+    captured = capsys.readouterr()
+    assert SECRET_TOKEN not in captured.out + captured.err + caplog.text

@@ -4,12 +4,14 @@
 
 Takes the image's commit from DIR/ostree/repo and the `embedded` kickstart (same options as
 `kickstart`). With --boot-iso the result boots Anaconda and installs unattended; without it,
-it is a data ISO.
+it is a data ISO, whose kickstart mounts it by its volume id when a stock RHEL boot ISO is
+booted with inst.ks=hd:LABEL=<volume id>:/ks.cfg.
 """
 
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +36,15 @@ def register(sub: Any) -> None:
 
 def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
     from builder.commands.kickstart import kickstart_context
-    from builder.installer import IsoRequest, build_installer_iso, resolve_commit
-    from builder.kickstart import render
+    from builder.installer import IsoRequest, build_installer_iso, resolve_commit, volume_id_for
+    from builder.kickstart import DATA_MEDIA_URL, render
 
     repo = ctx.path("ostree", "repo")
     with ctx.progress.step(f"installer {args.image}"):
         ks = kickstart_context(ctx, args, "embedded")
+        if args.boot_iso is None:
+            # A data ISO does not boot: the kickstart mounts it by label beside a boot ISO.
+            ks = replace(ks, install_url=DATA_MEDIA_URL, media_label=volume_id_for(args.image))
         resolve_commit(ctx.runner, repo, ks.ref, args.image)
         text = render("embedded", ks)
         request = IsoRequest(
@@ -54,8 +59,10 @@ def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
                           f"volume id {manifest.volume_id}")
         if manifest.boot_iso is None:
             ctx.progress.info(
-                "this is a DATA ISO (ostree repo, kickstart, manifest) and does not boot; "
-                "pass --boot-iso RHEL-9-BOOT.iso for an unattended installer")
+                "this is a DATA ISO (ostree repo, kickstart, manifest) and does not boot: "
+                "attach it beside a RHEL 9 boot ISO and boot that with "
+                f"inst.ks=hd:LABEL={manifest.volume_id}:/{manifest.kickstart}, or pass "
+                "--boot-iso RHEL-9-BOOT.iso for one unattended installer")
         else:
             ctx.progress.info(f"boots {manifest.boot_iso['file']}'s installer with "
                               f"inst.ks=hd:LABEL={manifest.volume_id}:/{manifest.kickstart}")

@@ -81,11 +81,17 @@ def image_ref(ctx: Context, args: argparse.Namespace) -> str:
     """--ref, else the ref template in the image's lock file, else rhel/9/ARCH/edge."""
     import json
 
+    from builder.errors import InputError
+
     arch = ctx.release.architectures[0]
     template = args.ref
     lock = ctx.path("blueprints", f"{args.image}.lock.json")
     if template is None and lock.is_file():
-        ref = json.loads(lock.read_text()).get("ref")
+        try:
+            data = json.loads(lock.read_text())
+        except ValueError as exc:
+            raise InputError(str(lock), "", f"not valid JSON: {exc}") from exc
+        ref = data.get("ref") if isinstance(data, dict) else None
         template = ref if isinstance(ref, str) and ref else None
     template = template or DEFAULT_REF
     return template.replace("{arch}", arch).replace("{image}", args.image).replace(
