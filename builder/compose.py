@@ -43,7 +43,7 @@ from builder.rootfs import (
     var_to_tmpfiles,
     verify_packages,
 )
-from builder.signing import SigningKey
+from builder.signing import SigningKey, stop_agent
 from builder.units import apply_presets, preset_units, units_in
 
 KILL_ENV = "MICROSHIFT_BUILDER_TEST_KILL_AT"
@@ -164,7 +164,11 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
             _prepare_tree(job, tree, base)
         commit = _commit(job, tree, base, parent)
         options.checkpoint("committed")
-        changed = _publish(job, commit, parent)
+        try:
+            changed = _publish(job, commit, parent)
+        finally:
+            if options.key is not None:
+                stop_agent(ctx.runner, options.key.homedir)
         # The orphan compose commit has been copied (or was not needed): keep only the bases.
         build_repo.prune_unreferenced()
     if not changed:

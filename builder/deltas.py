@@ -26,7 +26,7 @@ from builder.errors import BuildError
 from builder.ostree import Repo, TreeObjects, delta_dir, object_path
 from builder.progress import human_bytes
 from builder.runner import Runner
-from builder.signing import SigningKey
+from builder.signing import SigningKey, stop_agent
 
 LINK_SPEEDS_MBIT = (5, 10)
 OFFLINE_SUFFIX = ".delta"
@@ -119,7 +119,11 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
             repo.delta_generate(head, source, extra=["-n"])
             offline = _offline_file(repo, out_dir, source, head) if options.offline else None
             paths.append(measure_update(repo, source, head, offline))
-        repo.summary_update(options.key)
+        try:
+            repo.summary_update(options.key)
+        finally:
+            if options.key is not None:
+                stop_agent(ctx.runner, options.key.homedir)
         _remove_stale_offline(out_dir, {p.offline_file for p in paths if p.offline_file})
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths))
     _write_atomic(out_dir / "report.json", report.to_json())

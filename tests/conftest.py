@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,15 @@ def build_release(build_dir: Path, release: Path = RELEASE) -> Path:
 def built_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One build of the sample release: DIR/rpms, DIR/repo, DIR/sample-base/{rpms,repo}."""
     return build_release(tmp_path_factory.mktemp("built-release"))
+
+
+@pytest.fixture(scope="session")
+def composed_pair(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A copy of built_release where release 1, then release 2, were composed, deltas made.
+    Tests must not change it; they copy it (tests/ostree_helpers.py) when they need to."""
+    from ostree_helpers import compose_pair
+
+    return compose_pair(built_release, tmp_path_factory.mktemp("composed-pair"))
 
 
 @pytest.fixture
