@@ -38,6 +38,9 @@ COMPONENTS: tuple[Component, ...] = (
               plugin="010-storage-topolvm"),
     Component("multus", "microshift-multus", "Multus secondary networks for MicroShift",
               plugin="004-multus"),
+    Component("greenboot", "microshift-greenboot",
+              "Greenboot health checks and data rollback for MicroShift",
+              services=("microshift-data-restore.service",)),
 )
 
 BY_KEY = {c.key: c for c in COMPONENTS}

@@ -81,6 +81,7 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
         StandIn("containernetworking-plugins",
                 files={"/usr/share/doc/cni-sample/README": _text("CNI plugins")}),
         StandIn("jq", files={"/usr/share/doc/jq-sample/README": _text("jq")}),
+        StandIn("curl", files={"/usr/share/doc/curl-sample/README": _text("curl")}),
     )
 
 

@@ -13,7 +13,8 @@ from tests.conftest import RELEASE, build_release, rpm_query, run_cli
 
 pytestmark = pytest.mark.integration
 
-COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus")
+COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
+                  "greenboot")
 
 
 def digests(directory: Path) -> dict[str, str]:
