@@ -24,6 +24,8 @@ COMMAND_MODULES = (
     "builder.commands.compose",
     "builder.commands.kickstart",
     "builder.commands.installer",
+    "builder.commands.device",
+    "builder.commands.components",
 )
 
 

@@ -1,0 +1,221 @@
+"""`device`: a simulated edge device (ostree sysroot in a directory) and update scenarios."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from builder.context import Context
+from builder.errors import InputError
+
+SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull")
+
+
+def register(sub: Any) -> None:
+    from builder.cli import add_build_dir
+
+    device = sub.add_parser("device", help="simulated edge device: install, upgrade over a "
+                            "throttled link, boot with greenboot, update scenarios")
+    actions = device.add_subparsers(dest="device_action", required=True, metavar="ACTION")
+
+    init = actions.add_parser("init", help="create an empty ostree sysroot (the device's disk)")
+    _sysroot(init, required=True)
+    init.add_argument("--osname", default="edge", help="ostree OS name (default: edge)")
+    init.set_defaults(func=cmd_init)
+
+    install = actions.add_parser("install", help="factory imaging: deploy a commit")
+    _sysroot(install, required=True)
+    _source(install)
+    install.add_argument("--ref", required=True, help="ref to install")
+    install.add_argument("--commit", help="install this commit of the ref (default: its head)")
+    install.add_argument("--wait-timeout", type=int, metavar="SECONDS",
+                         help="MICROSHIFT_WAIT_TIMEOUT_SEC for the device's greenboot.conf")
+    install.add_argument("--max-boot-attempts", type=int, metavar="N",
+                         help="GREENBOOT_MAX_BOOT_ATTEMPTS for the device's greenboot.conf")
+    install.set_defaults(func=cmd_install)
+
+    upgrade = actions.add_parser("upgrade", help="pull the ref's new head over HTTP and stage it")
+    _sysroot(upgrade, required=True)
+    _source(upgrade)
+    _link(upgrade)
+    upgrade.set_defaults(func=cmd_upgrade)
+
+    boot = actions.add_parser("boot", help="boot once: grub, greenboot checks, green.d/red.d")
+    _sysroot(boot, required=True)
+    boot.add_argument("--health", default="healthy",
+                      help="MicroShift model for the new (default) deployment: healthy, "
+                           "api-never-ready, service-failed, crashloop:NS/NAME, slow:SECONDS")
+    boot.add_argument("--until-settled", action="store_true",
+                      help="boot again while greenboot reboots the device")
+    boot.set_defaults(func=cmd_boot)
+
+    status = actions.add_parser("status", help="deployments, grubenv and MicroShift backups")
+    _sysroot(status, required=True)
+    status.set_defaults(func=cmd_status)
+
+    simulate = actions.add_parser("simulate", help="run an update scenario end to end")
+    add_build_dir(simulate)
+    simulate.add_argument("--scenario", required=True, choices=SCENARIO_NAMES)
+    simulate.add_argument("--work-dir", type=Path,
+                          help="where the device and SAMPLE commits go "
+                               "(default: BUILD_DIR/device-sim/SCENARIO)")
+    simulate.add_argument("--ref", help="use the compose's commits on this ref in "
+                          "BUILD_DIR/ostree/repo (head = v2, its parent = v1)")
+    simulate.add_argument("--sample", action="store_true",
+                          help="always use the simulation's own SAMPLE commits")
+    simulate.add_argument("--wait-timeout", type=int, default=2, metavar="SECONDS",
+                          help="base MICROSHIFT_WAIT_TIMEOUT_SEC on the device (default: 2)")
+    simulate.add_argument("--payload-kib", type=int, default=256,
+                          help="size of the file v2 changes in the SAMPLE commits")
+    simulate.add_argument("--report-json", type=Path, help="write the outcome as JSON here")
+    _link(simulate)
+    simulate.set_defaults(func=cmd_simulate)
+
+
+def _sysroot(parser: argparse.ArgumentParser, *, required: bool) -> None:
+    parser.add_argument("--sysroot", type=Path, required=required,
+                        help="the device directory (an ostree sysroot)")
+
+
+def _source(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repo", required=True,
+                        help="published ostree repo: a directory (served over HTTP on "
+                             "127.0.0.1 for the pull) or an http(s):// URL")
+
+
+def _link(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rate", metavar="RATE",
+                        help="throttle the pull through a veth link between two network "
+                             "namespaces, e.g. 5mbit or 800kbit (needs root)")
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="per-request delay added by the server, modelling the link's "
+                             "round trip (default: 0)")
+
+
+def parse_rate(text: str | None) -> int | None:
+    """'5mbit' -> 5000 (kbit/s)."""
+    if text is None:
+        return None
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(kbit|mbit)", text.strip().lower())
+    if not match or float(match.group(1)) <= 0:
+        raise InputError("--rate", "", f"{text!r} is not a link rate",
+                         hint="use e.g. 5mbit or 800kbit")
+    return int(float(match.group(1)) * (1000 if match.group(2) == "mbit" else 1))
+
+
+def _source_arg(text: str) -> Path | str:
+    if text.startswith(("http://", "https://")):
+        return text
+    path = Path(text)
+    if not (path / "config").is_file():
+        raise InputError(text, "", "not an ostree repository (no config file)",
+                         hint="give the published repo, e.g. BUILD_DIR/ostree/repo")
+    return path
+
+
+def _link_options(args: argparse.Namespace) -> Any:
+    from builder.device import LinkOptions
+
+    if args.latency_ms < 0:
+        raise InputError("--latency-ms", "", "must not be negative")
+    return LinkOptions(rate_kbit=parse_rate(args.rate), latency=args.latency_ms / 1000)
+
+
+def cmd_init(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device import Device
+
+    Device(args.sysroot, ctx.runner, ctx.progress).init(args.osname)
+    return 0
+
+
+def cmd_install(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device import Device
+
+    device = Device(args.sysroot, ctx.runner, ctx.progress)
+    conf: dict[str, str] = {}
+    if args.wait_timeout is not None:
+        if not 1 <= args.wait_timeout <= 9999:
+            raise InputError("--wait-timeout", "", "must be 1..9999 seconds")
+        conf["MICROSHIFT_WAIT_TIMEOUT_SEC"] = str(args.wait_timeout)
+    if args.max_boot_attempts is not None:
+        if not 1 <= args.max_boot_attempts <= 9:
+            raise InputError("--max-boot-attempts", "", "must be 1..9")
+        conf["GREENBOOT_MAX_BOOT_ATTEMPTS"] = str(args.max_boot_attempts)
+    with ctx.progress.step(f"device install {args.ref}"):
+        deployment = device.install(_source_arg(args.repo), args.ref, args.commit)
+        if conf:
+            device.write_greenboot_conf(deployment, conf)
+    return 0
+
+
+def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device import Device
+
+    device = Device(args.sysroot, ctx.runner, ctx.progress)
+    with ctx.progress.step("device upgrade"):
+        report, _ = device.upgrade(_source_arg(args.repo), _link_options(args))
+        ctx.progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
+    return 0
+
+
+def cmd_boot(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device import Device
+    from builder.device_boot import boot
+    from builder.device_sim import boot_until_settled
+    from builder.health_server import ApiServer, parse_health
+
+    device = Device(args.sysroot, ctx.runner, ctx.progress)
+    device.config()
+    health = parse_health(args.health)
+    deployments = device.deployments()
+    models = {deployments[0].checksum: health} if deployments else {}
+    with ApiServer() as api, ctx.progress.step("device boot"):
+        if args.until_settled:
+            reports = boot_until_settled(device, api, models)
+        else:
+            reports = [boot(device, api, models)]
+    return 0 if reports[-1].healthy else 1
+
+
+def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device import Device
+
+    device = Device(args.sysroot, ctx.runner, ctx.progress)
+    config = device.config()
+    print(f"device {device.sysroot}: OS {config.osname}, ref {config.ref or '(none)'}")
+    for deployment in device.deployments():
+        role = "default" if deployment.index == 0 else "rollback"
+        print(f"  {deployment.index} {role:8} {deployment.label()} {deployment.id}")
+    print(f"  grubenv: {device.grubenv.read()}")
+    backups = device.stateroot_var / "lib/microshift-backups"
+    if backups.is_dir():
+        for entry in sorted(backups.iterdir()):
+            print(f"  backups: {entry.name}")
+    return 0
+
+
+def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.device_commits import build_sample_pair, find_update_pair
+    from builder.device_sim import SCENARIOS, SimOptions, outcome_json, run_scenario
+
+    if not 1 <= args.wait_timeout <= 9999:
+        raise InputError("--wait-timeout", "", "must be 1..9999 seconds")
+    if args.payload_kib < 0:
+        raise InputError("--payload-kib", "", "must not be negative")
+    work = (args.work_dir or ctx.path("device-sim", args.scenario)).resolve()
+    options = SimOptions(work_dir=work, wait_timeout=args.wait_timeout, link=_link_options(args))
+    with ctx.progress.step(f"device simulate {args.scenario}: commits"):
+        pair = None if args.sample else find_update_pair(ctx, args.ref)
+        if pair is None:
+            pair = build_sample_pair(ctx, work / "server/repo", args.payload_kib * 1024)
+        ctx.progress.info(f"{pair.source} commits on {pair.ref}: v1 {pair.v1[:12]} -> "
+                          f"v2 {pair.v2[:12]} in {pair.repo}")
+    outcome = run_scenario(ctx, SCENARIOS[args.scenario], pair, options)
+    if args.report_json:
+        args.report_json.write_text(outcome_json(outcome) + "\n")
+    verdict = "PASSED" if outcome.passed else "FAILED"
+    print(f"scenario {args.scenario}: {verdict} "
+          f"({sum(ok for _, ok in outcome.checks)}/{len(outcome.checks)} expectations)")
+    return 0 if outcome.passed else 1
