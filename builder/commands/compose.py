@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
     compose.add_argument("--ref", help="ostree ref to commit on (default: release.yaml "
                                        "ostree.ref, else the profile's ref)")
     compose.add_argument("--authfile", type=Path, help="registry auth file for skopeo")
-    _signing_args(compose)
+    signing_args(compose)
     compose.set_defaults(func=cmd_compose)
 
     deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
                              "ostree.deltas_from, 3)")
     deltas.add_argument("--no-offline", action="store_true",
                         help="skip the offline delta files in DIR/deltas/")
-    _signing_args(deltas)
+    signing_args(deltas)
     deltas.set_defaults(func=cmd_deltas)
 
     apply = sub.add_parser("apply-delta",
@@ -44,7 +44,7 @@ def register(sub: Any) -> None:
     apply.set_defaults(func=cmd_apply_delta)
 
 
-def _signing_args(parser: argparse.ArgumentParser) -> None:
+def signing_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpg-homedir", type=Path,
                         help="GnuPG home with the signing key (default: the SAMPLE key in "
                              "DIR/gpg when the base is the SAMPLE base)")

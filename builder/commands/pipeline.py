@@ -1,4 +1,4 @@
-"""`build-image`: the whole chain, as far as each stage is configured, in one command."""
+"""`build-image`: the whole chain, from release.yaml to published ostree deltas, in one command."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 from builder.context import Context
 from builder.progress import human_bytes
 
-STAGES = ("rpms",)
+STAGES = ("rpms", "blueprint", "compose", "deltas")
 
 
 def register(sub: Any) -> None:
     from builder.cli import add_build_dir
+    from builder.commands.compose import signing_args
 
     parser = sub.add_parser("build-image", help="run the whole chain for the release")
     add_build_dir(parser)
@@ -22,24 +23,59 @@ def register(sub: Any) -> None:
                         help="image profile to compose (default: microshift-full)")
     parser.add_argument("--until", choices=STAGES, default=STAGES[-1],
                         help="stop after this stage (default: run them all)")
+    signing_args(parser)
     parser.set_defaults(func=cmd_build_image)
 
 
 def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.rpms import build_release_rpms
-    from builder.sample_base import build_sample_base
-
     started = time.monotonic()
     release = ctx.release  # validate before any work
     artifacts: list[tuple[str, Path]] = []
     with ctx.progress.step(f"build-image {release.evr} ({args.image})"):
-        if any(repo.kind == "sample" for repo in release.base_repos):
-            build_sample_base(ctx)
-            artifacts.append(("sample base repository (SAMPLE)", ctx.path("sample-base", "repo")))
-        build_release_rpms(ctx)
-        artifacts += [("RPMs", ctx.path("rpms")), ("yum repository", ctx.path("repo"))]
+        for stage in STAGES[:STAGES.index(args.until) + 1]:
+            artifacts += RUNNERS[stage](ctx, args)
     _report(ctx, artifacts, time.monotonic() - started)
     return 0
+
+
+def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.rpms import build_release_rpms
+    from builder.sample_base import build_sample_base
+
+    found: list[tuple[str, Path]] = []
+    if any(repo.kind == "sample" for repo in ctx.release.base_repos):
+        build_sample_base(ctx)
+        found.append(("sample base repository (SAMPLE)", ctx.path("sample-base", "repo")))
+    build_release_rpms(ctx)
+    return [*found, ("RPMs", ctx.path("rpms")), ("yum repository", ctx.path("repo"))]
+
+
+def _blueprint(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.blueprint_build import build_blueprint
+
+    build_blueprint(ctx, args.image)
+    return [("blueprint + lock file", ctx.path("blueprints"))]
+
+
+def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.commands.compose import signing_key
+    from builder.compose import ComposeOptions, compose_image
+
+    result = compose_image(ctx, args.image, ComposeOptions(key=signing_key(ctx, args)))
+    ctx.progress.info(f"commit {result.commit} on {result.ref}")
+    return [("ostree repository (archive)", ctx.path("ostree", "repo"))]
+
+
+def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.commands.compose import signing_key
+    from builder.deltas import DeltaOptions, generate_deltas
+
+    report = generate_deltas(ctx, DeltaOptions(image=args.image, key=signing_key(ctx, args)))
+    ctx.progress.info(report.text())
+    return [("static deltas + report", ctx.path("deltas"))]
+
+
+RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "deltas": _deltas}
 
 
 def _report(ctx: Context, artifacts: list[tuple[str, Path]], seconds: float) -> None:
