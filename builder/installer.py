@@ -104,6 +104,20 @@ def commit_signed(runner: Runner, repo: Path, commit: str) -> bool:
     return proc.returncode == 0
 
 
+def signed_by(runner: Runner, repo: Path, ref: str, key: Path) -> bool:
+    """Whether `key` verifies the commit of `ref`, checked as a device does it: a remote with
+    gpg-verify=true and gpgkeypath=KEY, pulling the commit's metadata."""
+    with tempfile.TemporaryDirectory(prefix="ostree-verify-") as scratch:
+        check = Path(scratch) / "repo"
+        check.mkdir()
+        _ostree(runner, check, "init", "--mode=archive")
+        _ostree(runner, check, "remote", "add", "--set=gpg-verify=true",
+                f"--set=gpgkeypath={key.resolve()}", "check", f"file://{repo.resolve()}")
+        proc = runner.run(["ostree", f"--repo={check}", "pull", "--commit-metadata-only",
+                           "check", ref], check=False)
+        return proc.returncode == 0
+
+
 def stage_repo(runner: Runner, source: Path, ref: str, dest: Path) -> str:
     """A fresh archive repo at dest with only the commit of `ref` (no parents); its checksum."""
     dest.mkdir(parents=True)

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -252,19 +253,40 @@ def test_unknown_image_is_a_clear_error(build_dir: Path,
     assert "no rendered blueprint for image 'no-such-image'" in capsys.readouterr().err
 
 
-def test_signed_commit_needs_the_public_key(build_dir: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
-    home = tmp_path / "gnupg"
+@pytest.fixture
+def gpg_homes(tmp_path: Path) -> Iterator[list[Path]]:
+    """GnuPG homes for throwaway keys; their agents are stopped afterwards."""
+    homes: list[Path] = []
+    yield homes
+    for home in homes:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+
+
+def make_key(homes: list[Path], directory: Path, email: str) -> tuple[Path, Path]:
+    """A throwaway TEST signing key: (GnuPG home, exported ASCII-armored public key)."""
+    home = directory / f"g{len(homes)}"  # short: gpg-agent's socket path has a length limit
     home.mkdir(mode=0o700)
+    homes.append(home)
     sh("gpg", "--homedir", home, "--batch", "--passphrase", "", "--quick-gen-key",
-       "TEST signing key <test@example.invalid>", "ed25519", "sign", "never")
+       f"TEST signing key <{email}>", "ed25519", "sign", "never")
+    key = directory / f"{email}.asc"
+    key.write_text(sh("gpg", "--homedir", home, "--export", "--armor", email))
+    return home, key
+
+
+def test_signed_commit_needs_the_public_key(build_dir: Path, tmp_path: Path,
+                                            gpg_homes: list[Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    home, key = make_key(gpg_homes, tmp_path, "signer@example.invalid")
+    _, other_key = make_key(gpg_homes, tmp_path, "other@example.invalid")
     repo = build_dir / "ostree/repo"
     sh("ostree", f"--repo={repo}", "gpg-sign", f"--gpg-homedir={home}", head(repo),
-       "test@example.invalid")
+       "signer@example.invalid")
     assert installer(build_dir) == 2
     assert "is signed" in capsys.readouterr().err
-    key = tmp_path / "key.asc"
-    key.write_text(sh("gpg", "--homedir", home, "--export", "--armor", "test@example.invalid"))
+    assert installer(build_dir, "--gpg-key", other_key) == 2
+    assert "does not verify the signature" in capsys.readouterr().err
+    assert not (build_dir / "installer").exists()
     assert installer(build_dir, "--gpg-key", key) == 0
     manifest = json.loads((build_dir / "installer" / f"{IMAGE}.json").read_text())
     assert manifest["signed"] is True

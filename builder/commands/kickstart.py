@@ -16,6 +16,7 @@ from typing import Any
 from builder.context import Context
 
 DEFAULT_REF = "rhel/9/{arch}/edge"
+SAMPLE_KEY_FILE = "SAMPLE-signing-key.asc"  # what `compose` exports into DIR/gpg/
 
 
 def register(sub: Any) -> None:
@@ -41,8 +42,8 @@ def add_kickstart_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", metavar="URL",
                         help="the ostree repo devices pull upgrades from (http[s]://...)")
     parser.add_argument("--ref", metavar="REF",
-                        help=f"ostree ref of the image's commits (default: the image's lock "
-                             f"file, else {DEFAULT_REF})")
+                        help="ostree ref of the image's commits (default: the one `compose` "
+                             f"uses: release.yaml ostree.ref, the profile's, else {DEFAULT_REF})")
     parser.add_argument("--pull-secret", type=Path, metavar="FILE",
                         help="CRI-O pull secret (JSON); written to /etc/crio/openshift-pull-"
                              "secret on the device and never logged")
@@ -78,55 +79,31 @@ def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def image_ref(ctx: Context, args: argparse.Namespace) -> str:
-    """--ref, else the ref template in the image's lock file, else rhel/9/ARCH/edge."""
-    import json
+    """--ref, else the ref the compose step puts the image's commits on."""
+    from builder.compose import image_ref as compose_ref
 
-    from builder.errors import InputError
-
-    arch = ctx.release.architectures[0]
-    template = args.ref
-    lock = ctx.path("blueprints", f"{args.image}.lock.json")
-    if template is None and lock.is_file():
-        try:
-            data = json.loads(lock.read_text())
-        except ValueError as exc:
-            raise InputError(str(lock), "", f"not valid JSON: {exc}") from exc
-        ref = data.get("ref") if isinstance(data, dict) else None
-        template = ref if isinstance(ref, str) and ref else None
-    template = template or DEFAULT_REF
-    return template.replace("{arch}", arch).replace("{image}", args.image).replace(
-        "{name}", args.image)
+    return str(args.ref) if args.ref else compose_ref(ctx, args.image)
 
 
 def kickstart_context(ctx: Context, args: argparse.Namespace, variant: str) -> Any:
     """The KickstartContext for `variant` from the command line and the image's blueprint."""
-    from builder.errors import InputError
-    from builder.installer import commit_signed
     from builder.kickstart import EMBEDDED_REPO_URL, KickstartContext, load_image_facts
 
     facts = load_image_facts(ctx.path("blueprints", f"{args.image}.toml"), args.image)
     ref = image_ref(ctx, args)
     repo = ctx.path("ostree", "repo")
-    signed = args.gpg_key is not None
+    gpg_key: Path | None = args.gpg_key
     commit = _local_commit(ctx, repo, ref)
     if commit is not None:
-        signed = commit_signed(ctx.runner, repo, commit)
-        if signed and args.gpg_key is None:
-            raise InputError("command line", "--gpg-key",
-                             f"commit {commit[:12]} of {ref} is signed; devices need the "
-                             "public key to verify it",
-                             hint="pass --gpg-key KEY.asc (gpg --export --armor KEYID)")
-        if not signed and args.gpg_key is not None:
-            raise InputError("command line", "--gpg-key",
-                             f"commit {commit[:12]} of {ref} is not signed, so devices "
-                             "could not verify it", hint="sign the commit or drop --gpg-key")
+        gpg_key = _verifying_key(ctx, repo, ref, commit, gpg_key)
+    signed = gpg_key is not None
     return KickstartContext(
         image=args.image,
         install_url=EMBEDDED_REPO_URL if variant == "embedded" else args.url,
         ref=ref,
         update_url=args.url,
         gpg_verify=signed,
-        gpg_key=args.gpg_key if signed else None,
+        gpg_key=gpg_key,
         microshift_config=_read_text(args.microshift_config, "--microshift-config")
         if args.microshift_config else facts.microshift_config,
         greenboot_max_boot_attempts=facts.max_boot_attempts,
@@ -135,6 +112,36 @@ def kickstart_context(ctx: Context, args: argparse.Namespace, variant: str) -> A
         trusted_sources=facts.trusted_sources,
         ssh_key=_read_text(args.ssh_key, "--ssh-key").strip() if args.ssh_key else None,
     )
+
+
+def _verifying_key(ctx: Context, repo: Path, ref: str, commit: str,
+                   key: Path | None) -> Path | None:
+    """The public key devices verify the local commit with; None when it is unsigned.
+
+    Checked against the commit, so that a wrong key fails here and not on every device.
+    Without --gpg-key the SAMPLE key that `compose` signs with by default is tried.
+    """
+    from builder.errors import InputError
+    from builder.installer import commit_signed, signed_by
+
+    what = f"commit {commit[:12]} of {ref}"
+    if not commit_signed(ctx.runner, repo, commit):
+        if key is not None:
+            raise InputError("command line", "--gpg-key", f"{what} is not signed, so devices "
+                             "could not verify it", hint="sign the commit or drop --gpg-key")
+        return None
+    sample = ctx.path("gpg", SAMPLE_KEY_FILE)
+    candidate = key or (sample if sample.is_file() else None)
+    if candidate is None:
+        raise InputError("command line", "--gpg-key",
+                         f"{what} is signed; devices need the public key to verify it",
+                         hint="pass --gpg-key KEY.asc (gpg --export --armor KEYID)")
+    if not signed_by(ctx.runner, repo, ref, candidate):
+        raise InputError(str(candidate), "", f"this key does not verify the signature of {what}",
+                         hint="pass the public half of the key the commit was signed with")
+    if key is None:
+        ctx.progress.info(f"{what} is signed with the SAMPLE key; devices get {candidate}")
+    return candidate
 
 
 def _local_commit(ctx: Context, repo: Path, ref: str) -> str | None:
