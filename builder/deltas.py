@@ -39,6 +39,18 @@ class DeltaOptions:
     from_count: int | None = None
     key: SigningKey | None = None
     offline: bool = True
+    # ostree static-delta generate knobs (MB); None keeps ostree's defaults (fallback for
+    # new objects over 4 MB, bsdiff for files up to 128 MB). Benchmarks vary these.
+    min_fallback_size_mb: int | None = None
+    max_bsdiff_size_mb: int | None = None
+
+    def generate_args(self) -> list[str]:
+        args = []
+        if self.min_fallback_size_mb is not None:
+            args.append(f"--min-fallback-size={self.min_fallback_size_mb}")
+        if self.max_bsdiff_size_mb is not None:
+            args.append(f"--max-bsdiff-size={self.max_bsdiff_size_mb}")
+        return args
 
 
 @dataclass(frozen=True)
@@ -116,8 +128,9 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
                            f"{len(previous)} previous commits and from scratch"):
         for source in [*previous, None]:
             # -n: an existing delta between two fixed commits is still exact; keep it.
-            repo.delta_generate(head, source, extra=["-n"])
-            offline = _offline_file(repo, out_dir, source, head) if options.offline else None
+            repo.delta_generate(head, source, extra=["-n", *options.generate_args()])
+            offline = (_offline_file(repo, out_dir, source, head, options.generate_args())
+                       if options.offline else None)
             paths.append(measure_update(repo, source, head, offline))
         try:
             repo.summary_update(options.key)
@@ -132,13 +145,14 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
     return report
 
 
-def _offline_file(repo: Repo, out_dir: Path, source: str | None, head: str) -> str:
+def _offline_file(repo: Repo, out_dir: Path, source: str | None, head: str,
+                  extra: list[str]) -> str:
     name = f"{source or 'empty'}-{head}{OFFLINE_SUFFIX}"
     target = out_dir / name
     if not target.is_file():
         tmp = out_dir / f".{name}.tmp"
         tmp.unlink(missing_ok=True)
-        repo.delta_generate(head, source, filename=tmp)
+        repo.delta_generate(head, source, filename=tmp, extra=extra)
         os.replace(tmp, target)
     return name
 

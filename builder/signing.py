@@ -75,6 +75,24 @@ def resolve_key(runner: Runner, homedir: Path, key_id: str) -> SigningKey:
     return SigningKey(fingerprint, homedir)
 
 
+def release_signing_key(ctx: Context, homedir: Path | None = None,
+                        key_id: str | None = None) -> SigningKey | None:
+    """The key commits, summaries, RPMs and repodata are signed with.
+
+    An explicit key wins; with none, a release on the SAMPLE base signs with the throwaway
+    SAMPLE key (so the demo exercises verification end to end) and a production release
+    is left unsigned, which is said out loud.
+    """
+    if (homedir is None) != (key_id is None):
+        raise InputError("command line", "--gpg-homedir/--gpg-key", "give both or neither")
+    if homedir is not None and key_id is not None:
+        return resolve_key(ctx.runner, homedir.resolve(), key_id)
+    if ctx.release.ostree.base.is_sample:
+        return ensure_sample_key(ctx)
+    ctx.progress.info("no signing key given (--gpg-homedir/--gpg-key): NOT signing")
+    return None
+
+
 def ensure_sample_key(ctx: Context) -> SigningKey:
     """The throwaway SAMPLE key in DIR/gpg, created once (dated at source_date_epoch)."""
     homedir = ctx.path("gpg")

@@ -52,17 +52,9 @@ def signing_args(parser: argparse.ArgumentParser) -> None:
 
 
 def signing_key(ctx: Context, args: argparse.Namespace) -> Any:
-    from builder.signing import ensure_sample_key, resolve_key
+    from builder.signing import release_signing_key
 
-    if (args.gpg_homedir is None) != (args.gpg_key is None):
-        raise InputError("command line", "--gpg-homedir/--gpg-key",
-                         "give both or neither")
-    if args.gpg_key is not None:
-        return resolve_key(ctx.runner, args.gpg_homedir.resolve(), args.gpg_key)
-    if ctx.release.ostree.base.is_sample:
-        return ensure_sample_key(ctx)
-    ctx.progress.info("no --gpg-key: the commit and summary are NOT signed")
-    return None
+    return release_signing_key(ctx, args.gpg_homedir, args.gpg_key)
 
 
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
