@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -316,3 +317,37 @@ def test_verification_catches_a_manifest_mismatch(build_dir: Path, tmp_path: Pat
     wrong = Manifest(**{**on_iso, "commit": "0" * 64})
     with pytest.raises(BuildError, match="manifest says"):
         verify_iso(Runner(), iso, wrong, tmp_path / "verify")
+
+
+# --- from a real compose ----------------------------------------------------------------
+def test_installer_from_a_real_compose_deploys_the_head_commit(composed_pair: Any,
+                                                                tmp_path: Path) -> None:
+    """Acceptance: the ISO's embedded repo, pulled with signature checks as Anaconda does and
+    deployed into a simulated device (a plain sysroot directory), gives the composed head."""
+    from ostree_helpers import copy_build
+
+    build = copy_build(composed_pair.build_dir, tmp_path / "build")
+    rc = run_cli("--release", composed_pair.release2, "installer", "--build-dir", build,
+                 "--image", IMAGE, "--url", "http://updates.example.com/repo")
+    assert rc == 0
+    iso = build / "installer" / f"{IMAGE}.iso"
+    manifest = json.loads((build / "installer" / f"{IMAGE}.json").read_text())
+    assert (manifest["ref"], manifest["commit"]) == (composed_pair.ref, composed_pair.commit2)
+    assert manifest["signed"] is True
+    kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
+    assert f"--ref={composed_pair.ref}" in kickstart and "--nogpg" not in kickstart
+
+    repo = extract(iso, "/ostree", tmp_path / "x/ostree") / "repo"
+    assert len(list((repo / "objects").rglob("*.commit"))) == 1, "release 1 is not shipped"
+    sysroot = tmp_path / "sysroot"
+    sysroot.mkdir()
+    sh("ostree", "admin", "init-fs", sysroot)
+    sh("ostree", "admin", "os-init", "rhel", f"--sysroot={sysroot}")
+    device = sysroot / "ostree/repo"
+    sh("ostree", f"--repo={device}", "remote", "add", "--set=gpg-verify=true",
+       f"--set=gpgkeypath={composed_pair.public_key}", "edge", f"file://{repo}")
+    sh("ostree", f"--repo={device}", "pull", "edge", composed_pair.ref)
+    sh("ostree", "admin", "deploy", f"--sysroot={sysroot}", "--os=rhel",
+       f"edge:{composed_pair.ref}")
+    status = sh("ostree", "admin", "status", f"--sysroot={sysroot}")
+    assert f"rhel {composed_pair.commit2}.0" in status
