@@ -88,11 +88,18 @@ class ComposeResult:
 
 
 def image_ref(ctx: Context, image: str) -> str:
-    """The ref an image's commits go on: release.yaml ostree.ref, the profile's, the default."""
+    """The ref an image's commits go on: release.yaml ostree.ref, else the profile's (as
+    recorded in the rendered lock, else from blueprints/profiles.yaml), else the default."""
+    from builder.blueprint import load_profile
+
+    arch = ctx.release.architectures[0]
     profile_ref = None
-    with suppress(InputError):  # no blueprint rendered yet: release.yaml and the default
+    with suppress(InputError):
         profile_ref = load_compose_inputs(ctx.build_dir, image).ref
-    return ctx.release.ostree.ref_for(ctx.release.architectures[0], image, profile_ref)
+    if profile_ref is None:
+        with suppress(InputError):
+            profile_ref = load_profile(image).ref(arch)
+    return ctx.release.ostree.ref_for(arch, image, profile_ref)
 
 
 def ostree_dirs(ctx: Context) -> tuple[Repo, Repo]:

@@ -238,3 +238,12 @@ def test_ref_comes_from_release_then_profile_then_default() -> None:
 def test_unknown_kill_stage_is_rejected() -> None:
     with pytest.raises(BuildError, match="unknown stage"):
         kill_at("nowhere")
+
+
+def test_deltas_find_the_image_ref_before_any_blueprint_is_rendered(tmp_path: Path) -> None:
+    from builder.compose import image_ref
+    from builder.context import Context
+
+    ctx = Context(build_dir=tmp_path, release_path=Path(__file__).parent.parent / "release.yaml")
+    # blueprints/profiles.yaml: ref "microshift/{arch}/{name}".
+    assert image_ref(ctx, "microshift-minimal") == "microshift/x86_64/microshift-minimal"
