@@ -152,7 +152,7 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
                          hint="run it with sudo or in a root container")
     started = time.monotonic()
     release = ctx.release
-    inputs = load_compose_inputs(ctx.build_dir, image)
+    inputs = load_compose_inputs(ctx.build_dir, image, release.evr)
     ref = options.ref or release.ostree.ref_for(release.architectures[0], image, inputs.ref)
     verify_packages(inputs.packages, inputs.lock_path)
     archive, build_repo = ostree_dirs(ctx)

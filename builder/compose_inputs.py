@@ -92,7 +92,10 @@ def blueprint_paths(build_dir: Path, image: str) -> tuple[Path, Path]:
     return directory / f"{image}.toml", directory / f"{image}.lock.json"
 
 
-def load_compose_inputs(build_dir: Path, image: str) -> ComposeInputs:
+def load_compose_inputs(build_dir: Path, image: str,
+                        release_evr: str | None = None) -> ComposeInputs:
+    """Read DIR/blueprints/IMAGE.{toml,lock.json}; with `release_evr`, refuse a lock rendered
+    for another release (its RPMs would be composed under the wrong version)."""
     toml_path, lock_path = blueprint_paths(build_dir, image)
     for path in (toml_path, lock_path):
         if not path.is_file():
@@ -101,6 +104,12 @@ def load_compose_inputs(build_dir: Path, image: str) -> ComposeInputs:
                                   f"--build-dir {build_dir}` first")
     blueprint = _load_toml(toml_path)
     lock = _load_json(lock_path)
+    locked_for = lock.get("release")
+    if release_evr is not None and locked_for is not None and locked_for != release_evr:
+        raise InputError(str(lock_path), "release",
+                         f"the lock was made for release {locked_for}, release.yaml is "
+                         f"{release_evr}", hint=f"run `python -m builder blueprint --image "
+                         f"{image} --build-dir {build_dir}` again")
     name = _str(blueprint, "name", toml_path)
     if name != image:
         raise InputError(str(toml_path), "name", f"is {name!r}, expected {image!r}")

@@ -91,9 +91,13 @@ class DeltaReport:
                    f"{human_bytes(path.object_pull_bytes):>14}{human_bytes(path.full_bytes):>14}")
             for speed in LINK_SPEEDS_MBIT:
                 times = path.seconds[f"{speed}mbit"]
-                row += f"{times['delta']:>13.1f}s{times['object_pull']:>12.1f}s"
+                row += f"{_secs(times['delta']):>14}{_secs(times['object_pull']):>13}"
             lines.append(row)
         return "\n".join(lines)
+
+
+def _secs(seconds: float) -> str:
+    return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
 def transfer_seconds(size: int, mbit: int) -> float:

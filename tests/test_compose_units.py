@@ -247,3 +247,10 @@ def test_deltas_find_the_image_ref_before_any_blueprint_is_rendered(tmp_path: Pa
     ctx = Context(build_dir=tmp_path, release_path=Path(__file__).parent.parent / "release.yaml")
     # blueprints/profiles.yaml: ref "microshift/{arch}/{name}".
     assert image_ref(ctx, "microshift-minimal") == "microshift/x86_64/microshift-minimal"
+
+
+def test_lock_made_for_another_release_is_refused(tmp_path: Path) -> None:
+    _write_blueprint(tmp_path, "", {"packages": [], "release": "4.14.3-1"})
+    with pytest.raises(InputError, match=r"lock was made for release 4\.14\.3-1, release\.yaml "
+                                         r"is 4\.14\.2-1"):
+        load_compose_inputs(tmp_path, "img", "4.14.2-1")
