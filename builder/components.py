@@ -144,15 +144,23 @@ def run_plugin(runner: Runner, plugin: Plugin, env: Mapping[str, str], timeout: 
                progress: Progress) -> PluginOutput:
     """`plugin run`: relay its stderr, map its exit code, parse its manifests."""
     code, out, err = _invoke(runner, plugin, "run", env, timeout)
+    own_prefix = f"{plugin.name}: "
     for line in err.splitlines():
-        progress.info(f"[{plugin.name}] {line}")
+        # Plugins usually name themselves; say it once.
+        progress.info(f"[{plugin.name}] {line.removeprefix(own_prefix)}")
     if code != 0:
-        meaning = EXIT_MEANINGS.get(code, f"unexpected exit code {code} (the convention "
-                                          "allows 0, 1 and 2)" if code > 0 else
-                                    f"killed by signal {-code}")
-        raise PluginError(f"plugin {plugin.name} failed with exit code {code}: {meaning}"
-                          + _stderr_tail(err), exit_code=code if code in (1, 2) else 1)
+        raise PluginError(f"plugin {plugin.name} failed with exit code {code}: "
+                          f"{exit_meaning(code)}" + _stderr_tail(err),
+                          exit_code=code if code in EXIT_MEANINGS else 1)
     return PluginOutput(plugin.name, parse_manifests(plugin.name, out))
+
+
+def exit_meaning(code: int) -> str:
+    if code in EXIT_MEANINGS:
+        return EXIT_MEANINGS[code]
+    if code < 0:
+        return f"killed by signal {-code}"
+    return f"unexpected exit code {code} (the convention allows 0, 1 and 2)"
 
 
 def _stderr_tail(stderr: str, count: int = 8) -> str:
