@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.context import Context
-from builder.errors import InputError
+from builder.errors import BuildError, InputError
 
 
 def register(sub: Any) -> None:
@@ -59,8 +59,10 @@ def signing_key(ctx: Context, args: argparse.Namespace) -> Any:
 
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
     from builder.compose import KILL_ENV, ComposeOptions, compose_image, kill_at, no_checkpoint
+    from builder.compose_inputs import load_compose_inputs
 
-    ctx.release  # validate before any work  # noqa: B018
+    # Inputs first: a missing blueprint must not leave a fresh signing key behind.
+    load_compose_inputs(ctx.build_dir, args.image, ctx.release.evr)
     kill_stage = os.environ.get(KILL_ENV)
     options = ComposeOptions(
         ref=args.ref, key=signing_key(ctx, args),
@@ -75,6 +77,9 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
 
     if args.from_count is not None and args.from_count < 0:
         raise InputError("command line", "--from-count", "must be 0 or more")
+    if not ctx.path("ostree", "repo", "config").is_file():
+        raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
+                         hint="run `python -m builder compose` first")
     options = DeltaOptions(ref=args.ref, image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline)
