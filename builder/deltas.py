@@ -203,10 +203,10 @@ def measure_update(repo: Repo, source: str | None, head: str,
     """Sizes of one update path; usable on any archive repo (benchmarks call this)."""
     delta, parts, fallback = delta_sizes(repo, source, head)
     new_objects = repo.tree_objects(head)
-    full, _ = objects_bytes(repo, new_objects)
+    full, full_count = objects_bytes(repo, new_objects)
     full += commit_bytes(repo, head)
     if source is None:
-        pull, pull_count = full, len(new_objects.files) + 1
+        pull, pull_count = full, full_count + 1
     else:
         pull, pull_count = objects_bytes(repo, new_objects - repo.tree_objects(source))
         pull += commit_bytes(repo, head)
