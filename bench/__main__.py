@@ -6,15 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import build_times
+from bench import build_times, update_size
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build",)
+BENCHMARKS = ("build", "update")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("which", nargs="*", help="benchmarks to run: build (default: all)")
+    parser.add_argument("which", nargs="*", help="benchmarks to run: build, update (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
     parser.add_argument("--release", type=Path, default=ROOT / "release.yaml")
@@ -27,6 +27,10 @@ def main() -> int:
         result = build_times.measure(args.rounds, args.release.resolve())
         (args.out / "build-times.json").write_text(json.dumps(result, indent=2) + "\n")
         print(build_times.report(result))
+    if "update" in which:
+        result = update_size.measure(max(1, args.rounds // 2), args.out / "cache")
+        (args.out / "update-size.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(update_size.report(result))
     return 0
 
 

@@ -41,9 +41,31 @@ def _text(what: str) -> str:
     return f"SAMPLE stand-in for {what}; built by microshift-edge-builder, not the real package.\n"
 
 
+# Symbol versions of RHEL 9's glibc 2.34 and libgcc, so that a real (dynamically linked)
+# microshift binary's automatic Requires resolve against the SAMPLE base too.
+GLIBC_VERSIONS = ("2.2.5", "2.2.6", "2.3", "2.3.2", "2.3.3", "2.3.4", "2.4", "2.5", "2.6",
+                  "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15", "2.16",
+                  "2.17", "2.18", "2.22", "2.23", "2.24", "2.25", "2.26", "2.27", "2.28",
+                  "2.29", "2.30", "2.32", "2.33", "2.34")
+GLIBC_LIBS = ("libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0", "librt.so.1",
+              "libresolv.so.2", "libutil.so.1")
+GCC_VERSIONS = ("3.0", "3.3", "3.3.1", "3.4", "3.4.2", "4.0.0", "4.2.0", "4.3.0", "7.0.0")
+
+
+def _soname_provides(libs: tuple[str, ...], prefix: str,
+                     versions: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(cap for lib in libs for cap in
+                 (f"{lib}()(64bit)", *(f"{lib}({prefix}_{v})(64bit)" for v in versions)))
+
+
 def stand_ins(arch: str) -> tuple[StandIn, ...]:
     kver = f"{KERNEL_VERSION}.{arch}"
     return (
+        StandIn("glibc", provides=("rtld(GNU_HASH)",
+                                   *_soname_provides(GLIBC_LIBS, "GLIBC", GLIBC_VERSIONS)),
+                files={"/usr/share/doc/glibc-sample/README": _text("glibc")}),
+        StandIn("libgcc", provides=_soname_provides(("libgcc_s.so.1",), "GCC", GCC_VERSIONS),
+                files={"/usr/share/doc/libgcc-sample/README": _text("libgcc")}),
         StandIn("filesystem", dirs=("/etc", "/usr/bin", "/usr/lib", "/usr/share", "/var")),
         StandIn("bash", provides=("/bin/sh", "/bin/bash", "/usr/bin/sh"),
                 files={"/usr/bin/bash": _text("bash")}),
