@@ -22,6 +22,7 @@ TOOLS=(
     "rpm2cpio rpm rpm"
     "vgs lvm2 lvm2"
     "losetup mount util-linux"
+    "implantisomd5 isomd5sum isomd5sum"
 )
 PY_RPM_DEB=python3-rpm
 PY_RPM_FEDORA=python3-rpm

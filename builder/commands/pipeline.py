@@ -10,7 +10,7 @@ from typing import Any
 from builder.context import Context
 from builder.progress import human_bytes
 
-STAGES = ("rpms", "blueprint", "compose", "deltas")
+STAGES = ("rpms", "blueprint", "compose", "deltas", "installer")
 
 
 def register(sub: Any) -> None:
@@ -75,7 +75,21 @@ def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     return [("static deltas + report", ctx.path("deltas"))]
 
 
-RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "deltas": _deltas}
+def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.commands.installer import cmd_installer
+    from builder.commands.kickstart import add_kickstart_options
+
+    # The installer's own defaults (embedded kickstart, data ISO, the SAMPLE public key).
+    defaults = argparse.ArgumentParser(add_help=False)
+    add_kickstart_options(defaults)
+    defaults.add_argument("--boot-iso", type=Path)
+    cmd_installer(ctx, defaults.parse_args(["--image", args.image]))
+    return [("installer ISO (data ISO, kickstart inside)",
+             ctx.path("installer", f"{args.image}.iso"))]
+
+
+RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "deltas": _deltas,
+           "installer": _installer}
 
 
 def _report(ctx: Context, artifacts: list[tuple[str, Path]], seconds: float) -> None:
