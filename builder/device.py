@@ -258,7 +258,16 @@ class Device:
     def reset(self) -> None:
         """Remove the device directory (simulation reruns start from an empty disk)."""
         if self.sysroot.exists():
+            release_deployments(self.sysroot, self.runner)
             shutil.rmtree(self.sysroot)
+
+
+def release_deployments(tree: Path, runner: Runner) -> None:
+    """Clear the immutable flag ostree sets on every deployment root under `tree`, so the
+    directories can be deleted (`ostree admin deploy` does `chattr +i` on them)."""
+    for deploy in tree.rglob("ostree/deploy/*/deploy/*"):
+        if deploy.is_dir() and not deploy.is_symlink():
+            runner.run(["chattr", "-i", str(deploy)], check=False)
 
 
 def boot_entries(sysroot: Path) -> list[str]:

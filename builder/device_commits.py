@@ -54,24 +54,29 @@ def sample_version(ctx: Context, number: int) -> str:
 
 
 def find_update_pair(ctx: Context, ref: str | None) -> UpdatePair | None:
-    """The compose's head of `ref` and its parent in DIR/ostree/repo, or None if absent."""
+    """The compose's head of a ref and its parent in DIR/ostree/repo.
+
+    With `ref` given, that ref must exist and have a parent. Without it, the repo's only ref
+    is used when it has a parent; anything else returns None (use the SAMPLE commits).
+    """
     repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
     if not repo.exists():
+        if ref is not None:
+            raise BuildError(f"no composed repository {repo.path} to take {ref} from",
+                             hint="compose the image first, or drop --ref")
         return None
-    if ref is None:
-        refs = repo.refs()
-        if len(refs) != 1:
+    refs = [ref] if ref is not None else repo.refs()
+    if len(refs) != 1:
+        return None
+    head = repo.rev_parse(refs[0])
+    parent = repo.parent(head) if head else None
+    if head is None or parent is None or not repo.has_commit(parent):
+        if ref is None:
             return None
-        ref = refs[0]
-    head = repo.rev_parse(ref)
-    if head is None:
-        raise BuildError(f"{repo.path}: no ref {ref}", hint="pass --ref with a composed ref")
-    parent = repo.parent(head)
-    if parent is None or not repo.has_commit(parent):
-        raise BuildError(f"{repo.path}: {ref} = {head[:12]} has no parent commit to upgrade from",
-                         hint="compose the image twice (v1, then v2), or remove --ref to use "
+        raise BuildError(f"{repo.path}: {ref} has no head with a parent commit to upgrade from",
+                         hint="compose the image twice (v1, then v2), or drop --ref to use "
                               "the simulation's own SAMPLE commits")
-    return UpdatePair(repo.path, ref, parent, head, "compose")
+    return UpdatePair(repo.path, refs[0], parent, head, "compose")
 
 
 def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> UpdatePair:
@@ -101,8 +106,10 @@ def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int)
     """A deployable tree: /usr/etc for /etc, a kernel, os-release, the packages' files."""
     version = sample_version(ctx, number)
     rendered = tree.parent / f".render-v{number}"
+    in_release = {comp.key for comp in ctx.release.components}
     for key, package in SAMPLE_PACKAGES:
-        render_source_tree(package, component_context(ctx.release, key), rendered)
+        if key in in_release:
+            render_source_tree(package, component_context(ctx.release, key), rendered)
     shutil.copytree(rendered / "usr", tree / "usr", dirs_exist_ok=True, symlinks=True)
     if (rendered / "etc").is_dir():
         shutil.copytree(rendered / "etc", tree / "usr/etc", dirs_exist_ok=True, symlinks=True)
