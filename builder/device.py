@@ -17,13 +17,13 @@ import re
 import shutil
 import time
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from builder.errors import BuildError, InputError
 from builder.grubenv import Grubenv, set_upgrade_counter
 from builder.netlink import SERVER_ADDR, ThrottledLink
-from builder.ostree import Repo
+from builder.ostree import Repo, delta_dir
 from builder.progress import Progress, human_bytes
 from builder.repo_server import RepoServer
 from builder.runner import Runner
@@ -72,6 +72,7 @@ class TransferReport:
     rate_kbit: int | None
     latency: float
     ostree_summary: str
+    delta_bytes: int | None = None   # size of the static delta the server offered, if any
 
     def expected_seconds(self) -> float | None:
         """Bytes on the wire at the link rate, plus the modelled latency of every request."""
@@ -87,7 +88,16 @@ class TransferReport:
             line += (f"; {human_bytes(self.wire_bytes)} on the wire at {self.rate_kbit} kbit/s"
                      f" + {self.latency * 1000:.0f} ms/request: expected {expected:.2f}s, "
                      f"measured/expected = {self.seconds / expected:.2f}")
+        if self.delta_bytes is not None:
+            # ostree 2022.7 marks the delta's commit partial and, on a slow link, also
+            # fetches the changed objects loose while the delta part downloads (ostree#2680).
+            line += f"; the static delta itself is {human_bytes(self.delta_bytes)}"
         return line
+
+    def within(self, factor: float) -> bool:
+        """Measured time within `factor` of the expected time (both ways)."""
+        expected = self.expected_seconds()
+        return expected is not None and expected / factor <= self.seconds <= expected * factor
 
 
 class PullFailed(BuildError):
@@ -169,6 +179,11 @@ class Device:
         before = self.deployments()
         report = self.fetch(source, config.ref, link)
         new_head = self.repo.rev_parse(f"{REMOTE}:{config.ref}")
+        if before and new_head and isinstance(source, Path):
+            delta = delta_dir(source, before[0].checksum, new_head)
+            if delta.is_dir():
+                report = replace(report, delta_bytes=sum(
+                    f.stat().st_size for f in delta.rglob("*") if f.is_file()))
         if before and before[0].checksum == new_head:
             self.progress.info(f"already on {before[0].label()}: nothing to deploy")
             return report, before[0]

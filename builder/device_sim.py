@@ -93,6 +93,9 @@ def run_scenario(ctx: Context, scenario: Scenario, pair: UpdatePair,
             check_tree_is_simulatable(deployment.path)
             outcome.transfers.append(report)
             progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
+            if report.expected_seconds() is not None:
+                outcome.expect("the throttled transfer took bytes-on-the-wire / rate + latency "
+                               "(within 1.3x)", report.within(1.3))
         with progress.step(f"{scenario.name}: boot v2 ({health[pair.v2].describe()})"):
             outcome.boots += boot_until_settled(device, api, health)
     _expect_outcome(scenario, device, pair, options, outcome)

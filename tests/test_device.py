@@ -120,7 +120,9 @@ def test_throttled_upgrade_takes_bytes_over_rate_plus_latency(tmp_path: Path) ->
     expected = report.expected_seconds()
     assert expected is not None and report.wire_bytes is not None
     assert report.wire_bytes > report.body_bytes > 1024 * 1024  # headers and frames on top
-    assert expected / 1.3 <= report.seconds <= expected * 1.3, report.text()
+    assert report.delta_bytes is not None and report.delta_bytes > 1024 * 1024
+    assert report.within(1.3), report.text()
+    assert expected / 1.3 <= report.seconds <= expected * 1.3
 
 
 @pytest.mark.parametrize(("argv", "message"), [
