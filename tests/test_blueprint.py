@@ -65,7 +65,8 @@ def test_every_profile_renders_to_a_valid_blueprint(release: Release, name: str)
     assert data["name"] == name
     assert data["version"] == "4.14.2-1"
     packages = {p["name"]: p["version"] for p in data["packages"]}
-    assert packages == {f"microshift-{key}": "4.14.2-1" for key in SEED_003[name]}
+    expected = {f"microshift-{key}" for key in SEED_003[name]} | {"microshift-greenboot"}
+    assert packages == dict.fromkeys(expected, "4.14.2-1")
     sources = [c["source"] for c in data["containers"]]
     assert sorted(sources) == sorted(img.ref for img in release.images(SEED_003[name]))
     assert len(set(sources)) == len(sources)
@@ -110,10 +111,11 @@ def test_adding_a_package_to_every_image_is_one_line(release: Release, tmp_path:
     blueprints = copy_blueprints(tmp_path)
     profiles = blueprints / "profiles.yaml"
     profiles.write_text(profiles.read_text().replace(
-        "  packages: []\n", "  packages:\n    - microshift-greenboot\n", 1))
+        "  packages:\n    - microshift-greenboot\n",
+        "  packages:\n    - microshift-greenboot\n    - microshift-multus\n", 1))
     for name in SEED_003:
         packages = rendered(release, name, blueprints)["packages"]
-        assert {"name": "microshift-greenboot", "version": "4.14.2-1"} in packages
+        assert {"name": "microshift-multus", "version": "4.14.2-1"} in packages
 
 
 def test_settings_reach_the_file_customizations(release: Release, tmp_path: Path) -> None:
@@ -431,7 +433,7 @@ def test_whole_stack_blueprint_and_lock(built_release: Path, tmp_path: Path) -> 
     release = load_release(RELEASE)
     assert {p["name"]: p["version"] for p in data["packages"]} == {
         "microshift-core": release.evr, "microshift-networking-ovnk": release.evr,
-        "microshift-storage-topolvm": release.evr}
+        "microshift-storage-topolvm": release.evr, "microshift-greenboot": release.evr}
     images = release.images(("core", "networking-ovnk", "storage-topolvm"))
     assert [c["source"] for c in data["containers"]] == [img.ref for img in images]
     assert all("@sha256:" in c["source"] for c in data["containers"])

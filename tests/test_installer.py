@@ -28,7 +28,7 @@ from tests.test_kickstart import make_pull_secret, write_blueprints
 
 pytestmark = pytest.mark.integration
 
-REF = "rhel/9/x86_64/edge"
+REF = "microshift/x86_64/microshift-full"  # the profile ref (blueprints/profiles.yaml)
 IMAGE = "microshift-full"
 BOOT_VOLID = "RHEL-9-3-0-BaseOS-x86_64"
 ISOLINUX_CFG = f"""\
