@@ -17,6 +17,7 @@ from builder.context import Context
 from builder.errors import BuildError
 from builder.payloads import resolve_payload
 from builder.rpmbuild import build_spec, createrepo, rpm_macros
+from builder.signing import SigningKey, sign_repo, sign_rpms
 from builder.steps import (
     Step,
     file_digest,
@@ -50,7 +51,13 @@ class PackageBuild:
         })
 
 
-def build_release_rpms(ctx: Context, *, lint: bool = True) -> list[Path]:
+def build_release_rpms(ctx: Context, *, lint: bool = True,
+                       key: SigningKey | None = None) -> list[Path]:
+    """Build, lint, (sign,) and publish the RPMs and their repository.
+
+    With a key, the published RPMs carry its signature and the repository a detached
+    repomd.xml.asc; the unsigned builds stay in the step cache.
+    """
     release = ctx.release
     rpms: list[Path] = []
     with tempfile.TemporaryDirectory(prefix=".render-", dir=_ensure(ctx.build_dir)) as scratch, \
@@ -64,13 +71,20 @@ def build_release_rpms(ctx: Context, *, lint: bool = True) -> list[Path]:
         replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
     if lint:
         run_rpmlint(ctx, rpms)
+    if key is not None:
+        rpms = _signed(ctx, rpms, key)
     epoch = release.source_date_epoch
-    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch}
+    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch,
+              "signed_by": key.key_id if key else None}
+
+    def make_repo(out: Path) -> None:
+        createrepo(ctx.runner, rpms, out, epoch)
+        if key is not None:
+            sign_repo(ctx, out, key)
+
     with ctx.progress.step("repo: createrepo_c"):
         repo_step = Step("repo", inputs)
-        repo_out, _ = materialize(repo_step, ctx.build_dir,
-                                  lambda out: createrepo(ctx.runner, rpms, out, epoch),
-                                  ctx.progress)
+        repo_out, _ = materialize(repo_step, ctx.build_dir, make_repo, ctx.progress)
         rpms_step = Step("rpms", inputs)
         rpms_out, _ = materialize(rpms_step, ctx.build_dir, lambda out: link_files(rpms, out),
                                   ctx.progress)
@@ -79,6 +93,20 @@ def build_release_rpms(ctx: Context, *, lint: bool = True) -> list[Path]:
         ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
                           f"repository {ctx.path('repo')}")
     return sorted(ctx.path("rpms").glob("*.rpm"))
+
+
+def _signed(ctx: Context, rpms: list[Path], key: SigningKey) -> list[Path]:
+    step = Step("signed-rpms", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
+                                "key": key.key_id, "epoch": ctx.release.source_date_epoch})
+
+    def produce(out: Path) -> None:
+        copies = [out / rpm.name for rpm in rpms]
+        for rpm, copy in zip(rpms, copies, strict=True):
+            shutil.copyfile(rpm, copy)
+        sign_rpms(ctx, copies, key)
+
+    out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
+    return sorted(out.glob("*.rpm"))
 
 
 def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:

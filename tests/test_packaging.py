@@ -178,3 +178,23 @@ def extract(rpm: Path, dest: Path) -> Path:
     return root
 
 
+
+
+def test_build_image_signs_rpms_and_repo_metadata_with_the_sample_key(
+        tmp_path: Path, rpm_root: Path) -> None:
+    build = tmp_path / "b"
+    assert run_cli("--release", RELEASE, "build-image", "--until", "rpms",
+                   "--build-dir", build) == 0
+    public_key = build / "gpg" / "SAMPLE-signing-key.asc"
+    subprocess.run(["rpm", "--root", str(rpm_root), "--import", str(public_key)], check=True)
+    for rpm in sorted((build / "rpms").glob("*.rpm")):
+        check = subprocess.run(["rpm", "--root", str(rpm_root), "-K", str(rpm)],
+                               capture_output=True, text=True, check=False)
+        assert check.returncode == 0 and "signatures OK" in check.stdout, check.stdout
+    repodata = build / "repo" / "repodata"
+    verify = subprocess.run(["gpg", "--homedir", str(build / "gpg"), "--verify",
+                             str(repodata / "repomd.xml.asc"), str(repodata / "repomd.xml")],
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stderr
+    subprocess.run(["gpgconf", "--homedir", str(build / "gpg"), "--kill", "gpg-agent"],
+                   check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from builder.context import Context
@@ -14,6 +15,9 @@ def register(sub: Any) -> None:
     rpms = sub.add_parser("rpms", help="render specs, build RPMs and the yum repository")
     add_build_dir(rpms)
     rpms.add_argument("--no-lint", action="store_true", help="skip rpmlint on built RPMs")
+    rpms.add_argument("--gpg-homedir", type=Path,
+                      help="GnuPG home with the key to sign the RPMs and repomd.xml with")
+    rpms.add_argument("--gpg-key", help="key id or fingerprint (unsigned when not given)")
     rpms.set_defaults(func=cmd_rpms)
     base = sub.add_parser("sample-base",
                           help="build the SAMPLE base OS repository of stand-in RPMs")
@@ -24,7 +28,12 @@ def register(sub: Any) -> None:
 def cmd_rpms(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rpms import build_release_rpms
 
-    build_release_rpms(ctx, lint=not args.no_lint)
+    key = None
+    if args.gpg_key is not None or args.gpg_homedir is not None:
+        from builder.commands.compose import signing_key
+
+        key = signing_key(ctx, args)
+    build_release_rpms(ctx, lint=not args.no_lint, key=key)
     return 0
 
 

@@ -39,6 +39,7 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.commands.compose import signing_key
     from builder.rpms import build_release_rpms
     from builder.sample_base import build_sample_base
 
@@ -46,7 +47,7 @@ def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     if any(repo.kind == "sample" for repo in ctx.release.base_repos):
         build_sample_base(ctx)
         found.append(("sample base repository (SAMPLE)", ctx.path("sample-base", "repo")))
-    build_release_rpms(ctx)
+    build_release_rpms(ctx, key=signing_key(ctx, args))
     return [*found, ("RPMs", ctx.path("rpms")), ("yum repository", ctx.path("repo"))]
 
 
