@@ -88,7 +88,8 @@ def test_boot_with_a_crashlooping_component_runs_red_d(tmp_path: Path,
     assert "boot_counter is unset: manual intervention necessary" in err
     assert run_cli("device", "status", "--sysroot", sysroot) == 0
     out = capsys.readouterr().out
-    assert f"0 default  {sample_pair.v2[:12]}" not in out
+    assert f"0 default  4.14.2-sample.2 ({sample_pair.v2[:12]})" in out
+    assert "grubenv: {'boot_success': '0'}" in out  # never marked healthy
     assert "backups: diagnostics" in out
 
 

@@ -7,6 +7,7 @@ rpmbuild are integration tests.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -323,3 +324,90 @@ def test_the_greenboot_spec_builds_a_noarch_rpm_with_the_scripts(tmp_path: Path)
                               check=True).stdout
     assert f"microshift-core = {release.version}-{release.release}" in requires
     assert "greenboot >= 0.15" in requires
+
+
+# --- microshift-data-restore: backup and restore per deployment ---------------------------
+
+DEPLOY_A = "a" * 64 + ".0"
+DEPLOY_B = "b" * 64 + ".0"
+RESTORE = "usr/libexec/microshift-greenboot/microshift-data-restore"
+
+
+def booted_root(tmp: Path, booted: str) -> Path:
+    """A root whose /usr is deployment `booted` of a sysroot holding deployments A and B."""
+    sysroot = tmp / "sysroot"
+    for deployment in (DEPLOY_A, DEPLOY_B):
+        render_source_tree("microshift-greenboot", {},
+                           sysroot / "ostree/deploy/edge/deploy" / deployment)
+    root = tmp / "root"
+    (root / "run").mkdir(parents=True)
+    (root / "run/ostree-booted").touch()
+    (root / "sysroot").symlink_to(sysroot)
+    (root / "usr").symlink_to(sysroot / "ostree/deploy/edge/deploy" / booted / "usr")
+    (root / "proc/sys/kernel/random").mkdir(parents=True)
+    (root / "proc/sys/kernel/random/boot_id").write_text("0a2c-77\n")
+    (root / "var/lib/microshift").mkdir(parents=True)
+    (root / "var/lib/microshift/version").write_text("data\n")
+    (root / "var/lib/microshift-backups").mkdir(parents=True)
+    return root
+
+
+def run_restore(tmp: Path, root: Path) -> str:
+    proc = subprocess.run(["bash", str(root / RESTORE)], env=script_env(tmp, root),
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def write_json(path: Path, data: dict[str, str]) -> None:
+    path.write_text(json.dumps(data))
+
+
+@pytest.mark.integration
+def test_after_a_healthy_boot_the_data_is_backed_up_under_that_deployment(tmp_path: Path) -> None:
+    root = booted_root(tmp_path, booted=DEPLOY_B)  # upgraded from A to B
+    backups = root / "var/lib/microshift-backups"
+    write_json(backups / "health.json", {"health": "healthy", "deployment_id": DEPLOY_A})
+    (backups / ("d" * 64 + ".3")).mkdir()  # backup of a deployment that no longer exists
+    out = run_restore(tmp_path, root)
+    assert (backups / DEPLOY_A / "version").read_text() == "data\n"
+    assert f"Backed up MicroShift data of healthy deployment {DEPLOY_A}" in out
+    assert not (backups / ("d" * 64 + ".3")).exists()
+
+
+@pytest.mark.integration
+def test_after_a_rollback_the_rolled_back_deployment_gets_its_own_data(tmp_path: Path) -> None:
+    root = booted_root(tmp_path, booted=DEPLOY_A)  # B failed, grub fell back to A
+    backups = root / "var/lib/microshift-backups"
+    (backups / DEPLOY_A).mkdir()
+    (backups / DEPLOY_A / "version").write_text("A's data\n")
+    (root / "var/lib/microshift/version").write_text("migrated by B\n")
+    write_json(backups / "health.json", {"health": "unhealthy", "deployment_id": DEPLOY_B})
+    write_json(backups / "restore", {"failed_deployment_id": DEPLOY_B})
+    out = run_restore(tmp_path, root)
+    assert (root / "var/lib/microshift/version").read_text() == "A's data\n"
+    assert (backups / "failed" / DEPLOY_B / "version").read_text() == "migrated by B\n"
+    assert not (backups / "restore").exists()
+    assert f"Restored MicroShift data of deployment {DEPLOY_A}" in out
+
+
+@pytest.mark.integration
+def test_no_restore_when_the_failed_deployment_is_booted_again(tmp_path: Path) -> None:
+    root = booted_root(tmp_path, booted=DEPLOY_B)
+    backups = root / "var/lib/microshift-backups"
+    (backups / DEPLOY_B).mkdir()
+    write_json(backups / "restore", {"failed_deployment_id": DEPLOY_B})
+    out = run_restore(tmp_path, root)
+    assert (root / "var/lib/microshift/version").read_text() == "data\n"
+    assert "no rollback happened, data left in place" in out
+    assert not (backups / "restore").exists()
+
+
+@pytest.mark.integration
+def test_a_failed_boot_that_greenboot_retries_leaves_the_data_alone(tmp_path: Path) -> None:
+    root = booted_root(tmp_path, booted=DEPLOY_B)
+    backups = root / "var/lib/microshift-backups"
+    write_json(backups / "health.json", {"health": "unhealthy", "deployment_id": DEPLOY_B})
+    out = run_restore(tmp_path, root)
+    assert "left in place for the retry" in out
+    assert sorted(p.name for p in backups.iterdir()) == ["health.json"]

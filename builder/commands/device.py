@@ -14,8 +14,6 @@ SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull"
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-
     device = sub.add_parser("device", help="simulated edge device: install, upgrade over a "
                             "throttled link, boot with greenboot, update scenarios")
     actions = device.add_subparsers(dest="device_action", required=True, metavar="ACTION")
@@ -55,7 +53,12 @@ def register(sub: Any) -> None:
     _sysroot(status, required=True)
     status.set_defaults(func=cmd_status)
 
-    simulate = actions.add_parser("simulate", help="run an update scenario end to end")
+    _add_simulate(actions.add_parser("simulate", help="run an update scenario end to end"))
+
+
+def _add_simulate(simulate: argparse.ArgumentParser) -> None:
+    from builder.cli import add_build_dir
+
     add_build_dir(simulate)
     simulate.add_argument("--scenario", required=True, choices=SCENARIO_NAMES)
     simulate.add_argument("--work-dir", type=Path,
