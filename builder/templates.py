@@ -65,7 +65,7 @@ def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> 
     written: list[Path] = []
     if not source_root.is_dir():
         return written
-    for src in sorted(p for p in source_root.rglob("*") if p.is_file()):
+    for src in sorted(p for p in source_root.rglob("*") if p.is_file() and not _stray(p)):
         rel = src.relative_to(source_root)
         if src.suffix == ".j2":
             rel = rel.with_suffix("")
@@ -80,3 +80,8 @@ def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> 
         out.chmod(0o755 if os.access(src, os.X_OK) else 0o644)
         written.append(rel)
     return written
+
+
+def _stray(path: Path) -> bool:
+    """Byte-code caches appear when tests import a Python plugin; they never ship."""
+    return "__pycache__" in path.parts or path.suffix in (".pyc", ".pyo")

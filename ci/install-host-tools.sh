@@ -23,6 +23,9 @@ TOOLS=(
     "vgs lvm2 lvm2"
     "losetup mount util-linux"
     "implantisomd5 isomd5sum isomd5sum"
+    "jq jq jq"
+    "curl curl curl"
+    "chattr e2fsprogs e2fsprogs"
 )
 PY_RPM_DEB=python3-rpm
 PY_RPM_FEDORA=python3-rpm

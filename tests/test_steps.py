@@ -93,3 +93,26 @@ def test_runner_raises_typed_error_with_command_and_stderr() -> None:
 def test_runner_names_a_missing_tool() -> None:
     with pytest.raises(MissingToolError, match="no-such-tool-xyz"):
         Runner().run(["no-such-tool-xyz", "--version"])
+
+
+def test_byte_code_caches_never_reach_a_package_tree(tmp_path: Path) -> None:
+    from builder.release import load_release
+    from builder.templates import SOURCES_DIR, component_context, render_source_tree
+    from tests.conftest import RELEASE
+
+    package = "microshift-networking-ovnk"
+    cache = SOURCES_DIR / package / "usr/lib/microshift/components.d/005-networking-ovnk" \
+        / "__pycache__"
+    created = not cache.exists()
+    cache.mkdir(exist_ok=True)
+    stray = cache / "plugin.cpython-311.pyc"
+    stray.write_bytes(b"\0")
+    try:
+        written = render_source_tree(
+            package, component_context(load_release(RELEASE), "networking-ovnk"), tmp_path)
+    finally:
+        stray.unlink()
+        if created:
+            cache.rmdir()
+    assert written and not any("__pycache__" in p.parts for p in written)
+    assert not list(tmp_path.rglob("*.pyc"))
