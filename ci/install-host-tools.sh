@@ -39,6 +39,17 @@ for entry in "${TOOLS[@]}"; do
         missing_fedora+=("$fedora")
     fi
 done
+# rpmlint's spelling check (pyenchant) needs the enchant library and an English dictionary;
+# without them the check is silently skipped and rpmlint reports our spelling filters as
+# unused, so lint results would differ from machine to machine.
+if ! ldconfig -p 2>/dev/null | grep -q 'libenchant-2\.so'; then
+    missing_deb+=(libenchant-2-2)
+    missing_fedora+=(enchant2)
+fi
+if [ ! -e /usr/share/hunspell/en_US.dic ] && [ ! -e /usr/share/myspell/en_US.dic ]; then
+    missing_deb+=(hunspell-en-us)
+    missing_fedora+=(hunspell-en-US)
+fi
 # The rpm Python bindings (used through the `rpm` shim from PyPI inside virtualenvs).
 if ! /usr/bin/python3 -c 'import rpm' >/dev/null 2>&1; then
     missing_deb+=("$PY_RPM_DEB")
