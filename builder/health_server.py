@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from builder.errors import InputError
+from builder.http_thread import ServedInThread
 
 WORKLOAD_PATH = re.compile(
     r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>deployment|daemonset|statefulset)s/"
@@ -176,25 +177,9 @@ class _ApiHTTPServer(ThreadingHTTPServer):
         self.state = state
 
 
-class ApiServer:
+class ApiServer(ServedInThread):
     """The stand-in API on 127.0.0.1 (a free port), served from a thread while in use."""
 
     def __init__(self) -> None:
         self.state = ApiState()
-        self._httpd = _ApiHTTPServer(self.state)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                                        name="microshift-api-standin")
-
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def __enter__(self) -> ApiServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(_ApiHTTPServer(self.state), name="microshift-api-standin")

@@ -18,6 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from builder.http_thread import ServedInThread
+
 CHUNK = 64 * 1024
 
 
@@ -100,7 +102,7 @@ class _RepoHandler(BaseHTTPRequestHandler):
         """Quiet: the simulation reports totals, not every object fetched."""
 
 
-class RepoServer:
+class RepoServer(ServedInThread):
     """Serve `root` on `host` (a free port) from a thread while in use.
 
     `make_server` lets the caller create the listening socket elsewhere, e.g. inside a network
@@ -118,15 +120,14 @@ class RepoServer:
         def factory() -> _RepoHTTPServer:
             return _RepoHTTPServer(root, (host, port))
 
-        self._httpd = make_server(factory) if make_server else factory()
-        self._httpd.latency = latency
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True,
-                                        name=f"ostree-repo-server:{os.fspath(root)}")
+        httpd = make_server(factory) if make_server else factory()
+        httpd.latency = latency
+        super().__init__(httpd, name=f"ostree-repo-server:{os.fspath(root)}")
+        self._httpd: _RepoHTTPServer = httpd
 
     @property
     def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/"
+        return super().url + "/"
 
     @property
     def stats(self) -> ServeStats:
@@ -138,12 +139,3 @@ class RepoServer:
         with self._httpd.lock:
             served = self._httpd.stats.body_bytes
             self._httpd.cut_after = None if nbytes is None else served + nbytes
-
-    def __enter__(self) -> RepoServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
