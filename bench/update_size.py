@@ -147,7 +147,8 @@ def measure(rounds: int, cache: Path) -> dict[str, Any]:
 
 def sizes(build: Path, release: Path, work: Path) -> dict[str, Any]:
     builder("deltas", "--build-dir", build, "--no-offline", release=release)
-    report = json.loads((build / "deltas" / "report.json").read_text())
+    [report_file] = (build / "deltas").rglob("report.json")
+    report = json.loads(report_file.read_text())
     head = report["to_commit"]
     [path] = [p for p in report["paths"] if p["from_commit"]]
     repo = build / "ostree" / "repo"

@@ -104,6 +104,13 @@ def transfer_seconds(size: int, mbit: int) -> float:
     return size * 8 / (mbit * 1_000_000)
 
 
+def report_dir(build_dir: Path, ref: str) -> Path:
+    """DIR/deltas/REF/: one ref's report and offline files, apart from other images' refs.
+
+    ostree ref components start with a letter, digit or '_', so a ref is a safe sub-path."""
+    return build_dir / "deltas" / ref
+
+
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
     if options.ref:
         return options.ref
@@ -125,7 +132,7 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
     if not history:
         raise BuildError(f"{repo.path} has no ref {ref}", hint="compose the image first")
     head, previous = history[0], history[1:]
-    out_dir = ctx.path("deltas")
+    out_dir = report_dir(ctx.build_dir, ref)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[UpdatePath] = []
     with ctx.progress.step(f"static deltas to {ref} = {head[:12]} from "

@@ -12,7 +12,7 @@ from typing import TypeVar
 import pytest
 from ostree_helpers import ComposedPair, cli, copy_build, device_repo, head, ostree, serve
 
-from builder.deltas import DeltaReport, UpdatePath, transfer_seconds
+from builder.deltas import DeltaReport, UpdatePath, report_dir, transfer_seconds
 from builder.ostree import delta_dir
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -46,7 +46,7 @@ def test_delta_listed_published_and_reported(composed_pair: ComposedPair) -> Non
     assert f"{pair.commit1}-{pair.commit2}" in listed
     assert pair.commit2 in listed  # from scratch
     assert (delta_dir(pair.repo, pair.commit1, pair.commit2) / "superblock").is_file()
-    report = json.loads((pair.build_dir / "deltas" / "report.json").read_text())
+    report = json.loads((report_dir(pair.build_dir, pair.ref) / "report.json").read_text())
     assert report["to_commit"] == pair.commit2 and report["to_version"] == "4.14.3-1"
     update = next(p for p in report["paths"] if p["from_commit"] == pair.commit1)
     assert update["from_version"] == "4.14.2-1"
@@ -54,7 +54,7 @@ def test_delta_listed_published_and_reported(composed_pair: ComposedPair) -> Non
     assert 0 < update["object_pull_bytes"] < update["full_bytes"]
     assert update["seconds"]["5mbit"]["delta"] == pytest.approx(
         update["delta_bytes"] * 8 / 5e6, abs=1e-3)
-    text = (pair.build_dir / "deltas" / "report.txt").read_text()
+    text = (report_dir(pair.build_dir, pair.ref) / "report.txt").read_text()
     assert pair.commit1[:12] in text
     summary = ostree(f"--repo={pair.repo}", "summary", "--view").stdout
     assert f"{pair.commit1}-{pair.commit2}" in summary  # clients find deltas via the summary
@@ -80,7 +80,7 @@ def test_device_pull_over_http_uses_the_delta(composed_pair: ComposedPair,
 def test_offline_delta_file_applies_on_a_device_holding_the_old_commit(
         composed_pair: ComposedPair, tmp_path: Path) -> None:
     pair = composed_pair
-    delta_file = pair.build_dir / "deltas" / f"{pair.commit1}-{pair.commit2}.delta"
+    delta_file = report_dir(pair.build_dir, pair.ref) / f"{pair.commit1}-{pair.commit2}.delta"
     assert delta_file.is_file()
     device = tmp_path / "device"
     ostree(f"--repo={device}", "init", "--mode=bare")
@@ -94,7 +94,7 @@ def test_offline_delta_file_applies_on_a_device_holding_the_old_commit(
 def test_offline_delta_needs_its_source_commit(composed_pair: ComposedPair, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     pair = composed_pair
-    delta_file = pair.build_dir / "deltas" / f"{pair.commit1}-{pair.commit2}.delta"
+    delta_file = report_dir(pair.build_dir, pair.ref) / f"{pair.commit1}-{pair.commit2}.delta"
     device = tmp_path / "device"
     ostree(f"--repo={device}", "init", "--mode=bare")
     assert cli("apply-delta", "--repo", device, delta_file) != 0
@@ -107,7 +107,7 @@ def test_deltas_rerun_is_idempotent_and_from_count_limits_paths(
     build = copy_build(composed_pair.build_dir, tmp_path / "build")
     assert cli("--release", composed_pair.release2, "deltas", "--ref", composed_pair.ref,
                "--from-count", "0", "--build-dir", build) == 0
-    report = json.loads((build / "deltas" / "report.json").read_text())
+    report = json.loads((report_dir(build, composed_pair.ref) / "report.json").read_text())
     assert [p["from_commit"] for p in report["paths"]] == [None]
-    assert sorted(p.name for p in (build / "deltas").glob("*.delta")) == [
+    assert sorted(p.name for p in report_dir(build, composed_pair.ref).glob("*.delta")) == [
         f"empty-{composed_pair.commit2}.delta"]
