@@ -180,21 +180,55 @@ def extract(rpm: Path, dest: Path) -> Path:
 
 
 
-def test_build_image_signs_rpms_and_repo_metadata_with_the_sample_key(
+def make_release_key(homedir: Path) -> str:
+    """A passphrase-less ed25519 key standing in for a release engineer's signing key."""
+    homedir.mkdir(mode=0o700)
+    subprocess.run(["gpg", "--homedir", str(homedir), "--batch", "--pinentry-mode", "loopback",
+                    "--passphrase", "", "--quick-gen-key", "Release Test <release@example.invalid>",
+                    "ed25519", "sign", "never"], check=True, capture_output=True)
+    listing = subprocess.run(["gpg", "--homedir", str(homedir), "--with-colons",
+                              "--list-secret-keys"], check=True, capture_output=True,
+                             text=True).stdout
+    return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key(
         tmp_path: Path, rpm_root: Path) -> None:
+    homedir = tmp_path / "gnupg"
+    fingerprint = make_release_key(homedir)
     build = tmp_path / "b"
-    assert run_cli("--release", RELEASE, "build-image", "--until", "rpms",
-                   "--build-dir", build) == 0
-    public_key = build / "gpg" / "SAMPLE-signing-key.asc"
+    try:
+        assert run_cli("--release", RELEASE, "build-image", "--build-dir", build,
+                       "--gpg-homedir", homedir, "--gpg-key", fingerprint) == 0
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"],
+                       check=False)
+    public_key = build / "keys" / f"{fingerprint}.asc"
     subprocess.run(["rpm", "--root", str(rpm_root), "--import", str(public_key)], check=True)
     for rpm in sorted((build / "rpms").glob("*.rpm")):
         check = subprocess.run(["rpm", "--root", str(rpm_root), "-K", str(rpm)],
                                capture_output=True, text=True, check=False)
         assert check.returncode == 0 and "signatures OK" in check.stdout, check.stdout
     repodata = build / "repo" / "repodata"
-    verify = subprocess.run(["gpg", "--homedir", str(build / "gpg"), "--verify",
+    verify = subprocess.run(["gpg", "--homedir", str(homedir), "--verify",
                              str(repodata / "repomd.xml.asc"), str(repodata / "repomd.xml")],
                             capture_output=True, text=True, check=False)
     assert verify.returncode == 0, verify.stderr
-    subprocess.run(["gpgconf", "--homedir", str(build / "gpg"), "--kill", "gpg-agent"],
-                   check=False)
+    assert (build / "installer" / "microshift-full.iso").is_file()
+    assert not (build / "gpg").exists()  # no SAMPLE key when the user gives one
+
+
+def test_two_fresh_sample_builds_give_the_same_rpms_and_commit(tmp_path: Path) -> None:
+    commits = []
+    for name in ("one", "two"):
+        build = tmp_path / name
+        assert run_cli("--release", RELEASE, "build-image", "--until", "compose",
+                       "--build-dir", build) == 0
+        commits.append(subprocess.run(
+            ["ostree", f"--repo={build / 'ostree' / 'repo'}", "rev-parse",
+             "microshift/x86_64/microshift-full"], check=True, capture_output=True,
+            text=True).stdout.strip())
+        subprocess.run(["gpgconf", "--homedir", str(build / "gpg"), "--kill", "gpg-agent"],
+                       check=False)
+    assert commits[0] == commits[1]
+    assert digests(tmp_path / "one" / "rpms") == digests(tmp_path / "two" / "rpms")

@@ -28,8 +28,14 @@ def register(sub: Any) -> None:
 
 
 def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.commands.compose import signing_key
+
     started = time.monotonic()
     release = ctx.release  # validate before any work
+    # A release key given by the user signs everything: RPMs, repomd.xml, commits, summary.
+    # Without one, the sample flow signs only the ostree commits and summary with its
+    # throwaway key: their signatures are detached, so sample builds stay byte-identical.
+    args.user_key = signing_key(ctx, args) if args.gpg_key or args.gpg_homedir else None
     artifacts: list[tuple[str, Path]] = []
     with ctx.progress.step(f"build-image {release.evr} ({args.image})"):
         for stage in STAGES[:STAGES.index(args.until) + 1]:
@@ -39,7 +45,6 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.commands.compose import signing_key
     from builder.rpms import build_release_rpms
     from builder.sample_base import build_sample_base
 
@@ -47,7 +52,7 @@ def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     if any(repo.kind == "sample" for repo in ctx.release.base_repos):
         build_sample_base(ctx)
         found.append(("sample base repository (SAMPLE)", ctx.path("sample-base", "repo")))
-    build_release_rpms(ctx, key=signing_key(ctx, args))
+    build_release_rpms(ctx, key=args.user_key)
     return [*found, ("RPMs", ctx.path("rpms")), ("yum repository", ctx.path("repo"))]
 
 
@@ -84,7 +89,15 @@ def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]
     defaults = argparse.ArgumentParser(add_help=False)
     add_kickstart_options(defaults)
     defaults.add_argument("--boot-iso", type=Path)
-    cmd_installer(ctx, defaults.parse_args(["--image", args.image]))
+    options = ["--image", args.image]
+    if args.user_key is not None:
+        # Devices verify the commit with the public half of the release key.
+        from builder.signing import export_public_key
+
+        public = ctx.path("keys", f"{args.user_key.key_id}.asc")
+        public.parent.mkdir(parents=True, exist_ok=True)
+        options += ["--gpg-key", str(export_public_key(ctx.runner, args.user_key, public))]
+    cmd_installer(ctx, defaults.parse_args(options))
     return [("installer ISO (data ISO, kickstart inside)",
              ctx.path("installer", f"{args.image}.iso"))]
 
