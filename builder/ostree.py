@@ -215,7 +215,8 @@ class Repo:
 
     # --- remotes and pulls (device side, tests) ---------------------------------------
     def remote_add(self, name: str, url: str, *, gpg_import: Path | None = None) -> None:
-        args: list[str] = ["remote", "add", "--if-not-exists"]
+        # --force: the remote is set to exactly this URL, also after a failed earlier attempt.
+        args: list[str] = ["remote", "add", "--force"]
         if gpg_import is not None:
             args += ["--set=gpg-verify=true", "--set=gpg-verify-summary=true",
                      f"--gpg-import={gpg_import}"]

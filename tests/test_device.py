@@ -7,6 +7,7 @@ namespaces (root) and is skipped with the reason where they are not allowed.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,3 +161,17 @@ def test_simulate_takes_composed_commits_when_the_repo_has_them(
     captured = capsys.readouterr()
     assert rc == 0, captured.err[-2000:]
     assert f"compose commits on {SAMPLE_REF}" in captured.err
+
+
+def test_install_retried_with_another_repo_pulls_from_that_repo(
+        tmp_path: Path, sample_pair: UpdatePair) -> None:
+    sysroot = tmp_path / "device"
+    empty = tmp_path / "empty-repo"
+    subprocess.run(["ostree", f"--repo={empty}", "init", "--mode=archive"], check=True)
+    run_cli("device", "init", "--sysroot", sysroot)
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", empty,
+                   "--ref", SAMPLE_REF) != 0
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
+                   "--ref", SAMPLE_REF, "--commit", sample_pair.v1) == 0
+    device = Device(sysroot, Runner(), Progress())
+    assert [d.checksum for d in device.deployments()] == [sample_pair.v1]

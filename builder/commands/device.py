@@ -84,8 +84,9 @@ def _sysroot(parser: argparse.ArgumentParser, *, required: bool) -> None:
 
 def _source(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", required=True,
-                        help="published ostree repo: a directory (served over HTTP on "
-                             "127.0.0.1 for the pull) or an http(s):// URL")
+                        help="published ostree repo: a directory or an http(s):// URL "
+                             "(`install` reads a directory as file://, as factory imaging "
+                             "does; `upgrade` serves it over HTTP on 127.0.0.1)")
 
 
 def _link(parser: argparse.ArgumentParser) -> None:
