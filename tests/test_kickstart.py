@@ -337,3 +337,21 @@ def test_the_secret_reaches_no_output_even_with_debug(
                    "--pull-secret", pull_secret) == 0
     captured = capsys.readouterr()
     assert SECRET_TOKEN not in captured.out + captured.err + caplog.text
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    ("vm\n", "(top level)"),
+    ("network:\n  clusterNetwork: [10.42.0.0/16]\n  serviceNetwork: [10.42.0.0/16]\n",
+     "network"),
+    ("colour: blue\n", "colour"),
+])
+def test_microshift_config_is_checked_before_it_reaches_a_kickstart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, field: str) -> None:
+    write_blueprints(tmp_path, "microshift-minimal")
+    bad = tmp_path / "config.yaml"
+    bad.write_text(config)
+    assert run_cli("--release", RELEASE, "kickstart", "--build-dir", tmp_path, "--image",
+                   "microshift-minimal", "--embedded", "--microshift-config", bad) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: {field}" in err and "Traceback" not in err
+    assert not (tmp_path / "kickstart").exists()

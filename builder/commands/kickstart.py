@@ -93,6 +93,12 @@ def kickstart_context(ctx: Context, args: argparse.Namespace, variant: str) -> A
     ref = image_ref(ctx, args)
     repo = ctx.path("ostree", "repo")
     gpg_key: Path | None = args.gpg_key
+    if args.microshift_config:
+        from builder.components_config import load_config
+
+        # The same strict check MicroShift's loader applies: a bad file fails here, once,
+        # not on every device it is installed to.
+        load_config(args.microshift_config)
     commit = _local_commit(ctx, repo, ref)
     if commit is not None:
         gpg_key = _verifying_key(ctx, repo, ref, commit, gpg_key)
