@@ -94,11 +94,16 @@ def image_ref(ctx: Context, image: str) -> str:
 
     arch = ctx.release.architectures[0]
     profile_ref = None
+    rendered = False
     with suppress(InputError):
         profile_ref = load_compose_inputs(ctx.build_dir, image).ref
+        rendered = True
     if profile_ref is None:
-        with suppress(InputError):
+        try:
             profile_ref = load_profile(image).ref(arch)
+        except InputError:
+            if not rendered:
+                raise  # neither rendered here nor a known profile: name the unknown image
     return ctx.release.ostree.ref_for(arch, image, profile_ref)
 
 

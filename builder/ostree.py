@@ -138,6 +138,10 @@ class Repo:
         self._run("pull-local", *(["--untrusted"] if untrusted else []), source, rev)
 
     def gpg_sign(self, commit: str, gpg: SigningKey) -> None:
+        """Sign once per key: a rerun after a crash between signing and moving the ref
+        replaces its own earlier signature instead of adding a second one."""
+        self.runner.run(["ostree", f"--repo={self.path}", "gpg-sign", "--delete",
+                         f"--gpg-homedir={gpg.homedir}", commit, gpg.key_id], check=False)
         self._run("gpg-sign", f"--gpg-homedir={gpg.homedir}", commit, gpg.key_id)
 
     def summary_update(self, gpg: SigningKey | None = None) -> None:
