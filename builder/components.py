@@ -88,7 +88,10 @@ def discover(root: Path) -> list[Plugin]:
     """Every plugin directory under ROOT's components.d, in alphabetical order."""
     base = root / COMPONENTS_DIR
     if not base.is_dir():
-        return []
+        # microshift-core owns the directory: without it ROOT is not a MicroShift image (a
+        # wrong --root must not look like a successful run with no components).
+        raise InputError(str(root), "", f"no /{COMPONENTS_DIR} here: not a MicroShift image "
+                         "root", hint="point --root at a tree with microshift-core installed")
     plugins = []
     for entry in sorted(base.iterdir(), key=lambda p: p.name):
         if entry.name.startswith(".") or not entry.is_dir():
@@ -233,6 +236,9 @@ def render_documents(output: PluginOutput) -> str:
         for doc in output.documents)
 
 
+OUT_MARKER = ".microshift-components"
+
+
 def write_file(path: Path, text: str) -> None:
     """Write atomically: a temporary file in the same directory, renamed when complete."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -248,7 +254,12 @@ def write_file(path: Path, text: str) -> None:
 
 
 def write_kustomize_dir(path: Path, outputs: list[PluginOutput]) -> None:
-    """DIR/kustomization.yaml listing DIR/NNN-name.yaml per plugin; replaced as a whole."""
+    """DIR/kustomization.yaml listing DIR/NNN-name.yaml per plugin; replaced as a whole.
+
+    Only a directory this command wrote (it holds OUT_MARKER) or an empty one is replaced:
+    `--out ~/work` must never delete someone's files."""
+    path = path.resolve()
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -261,6 +272,7 @@ def write_kustomize_dir(path: Path, outputs: list[PluginOutput]) -> None:
         (staging / "kustomization.yaml").write_text(
             "# Built by `python -m builder components run`: one file per component plugin.\n"
             + yaml.safe_dump(kustomization, sort_keys=False))
+        (staging / OUT_MARKER).write_text("written by `python -m builder components run`\n")
         staging.chmod(0o755)
         _swap_in(staging, path)
     except BaseException:
@@ -268,10 +280,17 @@ def write_kustomize_dir(path: Path, outputs: list[PluginOutput]) -> None:
         raise
 
 
-def _swap_in(staging: Path, path: Path) -> None:
+def _check_replaceable(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise BuildError(f"{path} exists and is not a directory",
                          hint="give --out a .yaml file name, or a directory path")
+    if path.is_dir() and any(path.iterdir()) and not (path / OUT_MARKER).is_file():
+        raise BuildError(f"--out {path}: the directory is not empty and was not written by "
+                         "`components run`; refusing to replace it",
+                         hint="name a new or empty directory, or a .yaml file")
+
+
+def _swap_in(staging: Path, path: Path) -> None:
     if not path.exists():
         os.replace(staging, path)
         return

@@ -315,12 +315,21 @@ def test_two_plugins_printing_the_same_object_is_an_error(tmp_path: Path) -> Non
         load(root)
 
 
-def test_a_root_without_plugins_gives_an_empty_stream(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_core_only_root_gives_an_empty_stream(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
     root = make_root(tmp_path, {})
+    (root / COMPONENTS_DIR).mkdir(parents=True)  # owned by microshift-core, empty
     assert main(["components", "run", "--root", str(root)]) == 0
     out, err = capsys.readouterr()
     assert out == "" and "no component plugins" in err
+
+
+def test_a_root_that_is_not_a_microshift_image_is_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_root(tmp_path, {})
+    assert main(["components", "run", "--root", str(root)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "not a MicroShift image root" in err
 
 
 # ---- the command -----------------------------------------------------------------------------
@@ -390,6 +399,17 @@ def test_cli_out_yaml_file_and_kustomize_directory(tmp_path: Path) -> None:
     assert kustomization["resources"] == ["004-a.yaml", "005-b.yaml"]
     assert yaml.safe_load((directory / "005-b.yaml").read_text())["metadata"]["name"] == "b"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kustomize", "out", "root"]
+
+
+def test_cli_never_replaces_a_directory_it_did_not_write(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_root(tmp_path, {"004-a": configmap_plugin("a")})
+    precious = tmp_path / "work"
+    precious.mkdir()
+    (precious / "important.txt").write_text("keep\n")
+    assert main(["components", "run", "--root", str(root), "--out", str(precious)]) == 1
+    assert "not empty and was not written by `components run`" in capsys.readouterr().err
+    assert [p.name for p in precious.iterdir()] == ["important.txt"]
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "soon"])
