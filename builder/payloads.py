@@ -13,10 +13,13 @@ from builder.samples import write_microshift_standin
 from builder.steps import file_digest
 
 
-def resolve_payload(ctx: Context, key: str, payload: Payload) -> Path:
-    """Return a local file holding the verified payload of component `key`."""
+def resolve_payload(ctx: Context, key: str, payload: Payload, scratch: Path) -> Path:
+    """Return a local file holding the verified payload of component `key`.
+
+    A generated sample goes to `scratch` (it is only an input of the RPM step, rebuilt in
+    milliseconds), so a failed build leaves nothing of it in the build directory."""
     if payload.kind == "sample":
-        return write_microshift_standin(ctx.path("samples", "payloads", key, "microshift"),
+        return write_microshift_standin(scratch / "payloads" / key / "microshift",
                                         ctx.release.version)
     if payload.kind == "path":
         return Path(payload.location)

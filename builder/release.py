@@ -133,6 +133,9 @@ def _component(parent: Fields, key: str, root: Path) -> ComponentRelease:
     fields = parent.child(key) or Fields(parent.file, parent.path(key), {})
     payload_fields = fields.child("payload")
     payload = _payload(payload_fields, root) if payload_fields else None
+    if payload is not None and key != "core":
+        raise fields.error("payload", "only core has a payload (the microshift binary); "
+                                      "components ship their files from specs/sources/")
     if key == "core" and payload is None:
         raise fields.error("payload", "is required for core (the microshift binary)")
     images_fields = fields.child("images")
@@ -166,9 +169,11 @@ def _payload(fields: Fields, root: Path) -> Payload:
         fields.close()
         return Payload("url", url, sha)
     location = (root / fields.get("path", str)).resolve()
-    if not location.is_file():
+    if not location.exists():
         raise fields.error("path", f"payload file {location} does not exist",
                            hint="build it first or fix the path")
+    if not location.is_file():
+        raise fields.error("path", f"{location} is not a regular file")
     if sha is not None and sha != sha256_file(location):
         raise fields.error("sha256", f"mismatch: {location} has sha256 {sha256_file(location)}, "
                                      f"release.yaml says {sha}")
@@ -210,7 +215,9 @@ def _base_repos(fields: Fields, root: Path) -> tuple[Repo, ...]:
         if repo.get("sample", bool, False):
             repos.append(Repo(name, "sample", ""))
         elif repo.has("url"):
-            repos.append(Repo(name, "url", repo.get("url", str)))
+            url = repo.check("url", repo.get("url", str), lambda u: u.startswith(
+                ("https://", "http://", "file://")), "an http(s):// or file:// URL")
+            repos.append(Repo(name, "url", url))
         elif repo.has("path"):
             location = (root / repo.get("path", str)).resolve()
             if not (location / "repodata" / "repomd.xml").is_file():

@@ -123,7 +123,7 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
     tree.mkdir(parents=True)
     render_source_tree(component.package, context, tree)
     payload_spec = release.component(key).payload
-    payload = resolve_payload(ctx, key, payload_spec) if payload_spec else None
+    payload = resolve_payload(ctx, key, payload_spec, workdir) if payload_spec else None
     return PackageBuild(component, arch, spec_text, tree, payload)
 
 

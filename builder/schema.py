@@ -16,17 +16,37 @@ _TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: 
                dict: "a mapping"}
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (YAML says keys are unique;
+    PyYAML would silently keep the last one, e.g. the second `version:`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_yaml(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise InputError(str(path), "", "file not found") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), "", f"not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot read: {exc.strerror}") from exc
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "syntax"
-        raise InputError(str(path), where, f"not valid YAML: {exc}") from exc
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(str(path), where, f"not valid YAML: {problem}") from exc
 
 
 class Fields:

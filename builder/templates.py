@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 
 from builder.context import PROJECT_ROOT
-from builder.errors import BuildError
+from builder.errors import BuildError, InputError
 from builder.release import Release
 
 SPECS_DIR = PROJECT_ROOT / "specs"
@@ -41,6 +41,21 @@ def render_file(search_path: Path, name: str, context: Mapping[str, Any]) -> str
         raise BuildError(f"{search_path / name}: template error: {exc.message}") from exc
 
 
+class ReleaseImages(dict[str, str]):
+    """A component's images by logical name; asking for one release.yaml lacks names the
+    field to add (Jinja would only say "'dict object' has no attribute ...")."""
+
+    def __init__(self, release: Release, key: str, images: dict[str, str]) -> None:
+        super().__init__(images)
+        self.release_path = str(release.path)
+        self.key = key
+
+    def __missing__(self, name: str) -> str:
+        raise InputError(self.release_path, f"components.{self.key}.images.{name}",
+                         "is missing: the component's manifests use this image",
+                         hint="add it, pinned by digest (REPOSITORY@sha256:...)")
+
+
 def component_context(release: Release, key: str) -> dict[str, Any]:
     """What a component's spec and `.j2` sources see."""
     comp = release.component(key)
@@ -50,7 +65,7 @@ def component_context(release: Release, key: str) -> dict[str, Any]:
         "rpm_release": release.release,
         "component": key,
         "packager": PACKAGER,
-        "images": {img.name: img.ref for img in comp.images},
+        "images": ReleaseImages(release, key, {img.name: img.ref for img in comp.images}),
         "all_images": {img.name: img.ref for img in release.images()},
     }
 

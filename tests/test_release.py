@@ -95,3 +95,41 @@ def test_missing_release_file_is_a_clear_error(tmp_path: Path,
     assert run_cli("--release", tmp_path / "nope.yaml", "rpms",
                    "--build-dir", tmp_path / "b") == 2
     assert "nope.yaml: file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("mutate", "field", "words"), [
+    (lambda d: d["components"]["multus"].update(payload={"sample": "microshift"}),
+     "components.multus.payload", "only core has a payload"),
+    (lambda d: d["components"]["core"].update(payload={"path": "/etc"}),
+     "components.core.payload.path", "is not a regular file"),
+    (lambda d: d.update(base={"repos": [{"name": "x", "url": "ftp://mirror/x"}]}),
+     "base.repos[0].url", "http(s):// or file://"),
+])
+def test_more_bad_release_fields_are_named(tmp_path: Path, mutate: object, field: str,
+                                           words: str) -> None:
+    with pytest.raises(InputError) as info:
+        load_release(write_release(tmp_path, mutate))
+    assert info.value.field == field and words in str(info.value)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (b"version: 4.14.2\nversion: 4.15.0\n", "line 2: not valid YAML: duplicate key 'version'"),
+    (b"\xff\xfe\n", "not UTF-8 text"),
+])
+def test_unreadable_or_ambiguous_release_file_is_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: bytes, problem: str) -> None:
+    path = tmp_path / "release.yaml"
+    path.write_bytes(text)
+    assert run_cli("--release", path, "rpms", "--build-dir", tmp_path / "b") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {path}: {problem}"] or (
+        len(err) == 1 and err[0].startswith(f"error: {path}: ") and problem in err[0])
+
+
+def test_an_image_the_manifests_need_but_release_lacks_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_release(tmp_path, lambda d: d["components"].update({"networking-ovnk": {}}))
+    assert run_cli("--release", path, "rpms", "--build-dir", tmp_path / "b") == 2
+    err = capsys.readouterr().err
+    assert "components.networking-ovnk.images.ovn-kubernetes: is missing" in err
+    assert "Traceback" not in err
