@@ -263,6 +263,16 @@ def test_shipped_ovn_yaml_holds_the_defaults(tree: Path) -> None:
 
 # ---- TopoLVM ---------------------------------------------------------------------------------
 
+@pytest.mark.parametrize(("component", "config"), [("networking-ovnk", "ovn.yaml"),
+                                                   ("storage-topolvm", "lvmd.yaml")])
+def test_a_config_file_that_is_not_text_is_a_configuration_error(
+        root: Path, component: str, config: str) -> None:
+    (root / "etc/microshift" / config).write_bytes(b"\xff\xfe")
+    proc = run_plugin(plugin_dir(root, component), "run", sysroot=root)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"{config}: not UTF-8 text" in proc.stderr and "Traceback" not in proc.stderr
+
+
 def write_lvmd(root: Path, text: str) -> None:
     (root / "etc/microshift/lvmd.yaml").write_text(text)
 
