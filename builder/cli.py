@@ -42,7 +42,26 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    # The global options are accepted after the command too (`nox -s build-image -- --release
+    # F` appends them there); SUPPRESS keeps the value given before the command otherwise.
+    for command in sub.choices.values():
+        _accept_global_options(command)
     return parser
+
+
+def _accept_global_options(parser: argparse.ArgumentParser) -> None:
+    known = {opt for action in parser._actions for opt in action.option_strings}
+    if "--release" not in known:
+        parser.add_argument("--release", type=Path, default=argparse.SUPPRESS,
+                            help="release definition (default: ./release.yaml)")
+    for flag in ("--debug", "--json"):
+        if flag not in known:
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS,
+                                help=argparse.SUPPRESS)
+    for action in parser._actions:  # nested commands (composer, device, components)
+        if isinstance(action, argparse._SubParsersAction):
+            for nested in action.choices.values():
+                _accept_global_options(nested)
 
 
 def add_build_dir(parser: argparse.ArgumentParser) -> None:

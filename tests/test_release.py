@@ -133,3 +133,20 @@ def test_an_image_the_manifests_need_but_release_lacks_is_named(
     err = capsys.readouterr().err
     assert "components.networking-ovnk.images.ovn-kubernetes: is missing" in err
     assert "Traceback" not in err
+
+
+def test_global_options_also_work_after_the_command(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # `nox -s build-image -- --release FILE` puts them there.
+    path = write_release(tmp_path, lambda d: d.update(version="4.14-2"))
+    assert run_cli("rpms", "--build-dir", tmp_path / "b", "--release", path) == 2
+    assert f"error: {path}: version:" in capsys.readouterr().err
+
+
+def test_build_image_rejects_an_unknown_image_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build = tmp_path / "b"
+    assert run_cli("--release", RELEASE, "build-image", "--image", "nope",
+                   "--build-dir", build) == 2
+    assert "no image named 'nope'" in capsys.readouterr().err
+    assert not build.exists()

@@ -28,10 +28,12 @@ def register(sub: Any) -> None:
 
 
 def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.blueprint import load_profile
     from builder.commands.compose import signing_key
 
     started = time.monotonic()
     release = ctx.release  # validate before any work
+    load_profile(args.image)  # an unknown image fails now, not after the RPM build
     # A release key given by the user signs everything: RPMs, repomd.xml, commits, summary.
     # Without one, the sample flow signs only the ostree commits and summary with its
     # throwaway key: their signatures are detached, so sample builds stay byte-identical.
