@@ -226,8 +226,13 @@ def measure_update(repo: Repo, source: str | None, head: str,
                       parts, fallback, pull, pull_count, full, offline_file, seconds)
 
 
-def apply_offline(runner: Runner, repo_path: Path, delta_file: Path) -> str:
-    """Apply a `deltas` offline file to a device repo; returns the commit it delivered."""
+def apply_offline(runner: Runner, repo_path: Path, delta_file: Path,
+                  verify_remote: str | None = None) -> str:
+    """Apply a `deltas` offline file to a device repo; returns the commit it delivered.
+
+    With `verify_remote`, the delivered commit's GPG signature (which the delta carries) must
+    verify with that remote's keys, as a pull with gpg-verify=true would require: a USB stick
+    is no more trusted than the network."""
     if not delta_file.is_file():
         raise BuildError(f"{delta_file} does not exist")
     match = re.fullmatch(rf"(?:[0-9a-f]{{64}}|empty)-([0-9a-f]{{64}}){re.escape(OFFLINE_SUFFIX)}",
@@ -242,7 +247,33 @@ def apply_offline(runner: Runner, repo_path: Path, delta_file: Path) -> str:
     commit = match.group(1)
     if not repo.has_commit(commit):
         raise BuildError(f"after applying {delta_file.name}, {repo_path} lacks commit {commit}")
+    if verify_remote is not None:
+        from builder.installer import signed_by
+
+        keys = _remote_keys(runner, repo_path, verify_remote)
+        # `ostree show --gpg-verify-remote` only prints its verdict; a pull of the commit's
+        # metadata with gpg-verify=true fails on a bad signature, as a device's pull would.
+        if not signed_by(runner, repo_path, commit, keys):
+            raise BuildError(
+                f"{delta_file.name}: commit {commit[:12]} does not verify with the keys of "
+                f"remote {verify_remote!r}",
+                hint="do not deploy it; its objects stay unreferenced and `ostree prune` "
+                     "removes them")
     return commit
+
+
+def _remote_keys(runner: Runner, repo_path: Path, remote: str) -> Path:
+    """The keyring a remote verifies with: its gpgkeypath, or what --gpg-import stored."""
+    configured = runner.run(["ostree", f"--repo={repo_path}", "config", "get",
+                             f"--group=remote \"{remote}\"", "gpgkeypath"], check=False)
+    path = configured.stdout.decode().strip()
+    if configured.returncode == 0 and path:
+        return Path(path)
+    imported = repo_path / f"{remote}.trustedkeys.gpg"
+    if imported.is_file():
+        return imported
+    raise BuildError(f"remote {remote!r} of {repo_path} has no GPG keys to verify with",
+                     hint="add the remote with --gpg-import=KEY.asc")
 
 
 def _write_atomic(path: Path, text: str) -> None:

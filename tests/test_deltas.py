@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -88,6 +89,31 @@ def test_offline_delta_file_applies_on_a_device_holding_the_old_commit(
     assert cli("apply-delta", "--repo", device, delta_file) == 0
     ostree(f"--repo={device}", "fsck")
     assert ostree(f"--repo={device}", "ls", pair.commit2, "/usr/bin/microshift").returncode == 0
+
+
+@integration
+def test_offline_delta_is_verified_against_the_device_remote_keys(
+        composed_pair: ComposedPair, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_packaging import make_release_key
+
+    pair = composed_pair
+    delta_file = report_dir(pair.build_dir, pair.ref) / f"{pair.commit1}-{pair.commit2}.delta"
+    trusting = device_repo(tmp_path / "trusting", "http://127.0.0.1:9/", pair.public_key)
+    ostree(f"--repo={trusting}", "pull-local", pair.repo, pair.commit1)
+    assert cli("apply-delta", "--repo", trusting, "--verify-remote", "origin", delta_file) == 0
+    assert "signature verified with remote 'origin'" in capsys.readouterr().err
+
+    homedir = tmp_path / "other-gnupg"
+    make_release_key(homedir)
+    other_key = tmp_path / "other.asc"
+    other_key.write_bytes(subprocess.run(["gpg", "--homedir", str(homedir), "--armor",
+                                          "--export"], check=True, capture_output=True).stdout)
+    subprocess.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], check=False)
+    wary = device_repo(tmp_path / "wary", "http://127.0.0.1:9/", other_key)
+    ostree(f"--repo={wary}", "pull-local", pair.repo, pair.commit1)
+    assert cli("apply-delta", "--repo", wary, "--verify-remote", "origin", delta_file) == 1
+    assert f"commit {pair.commit2[:12]} does not verify" in capsys.readouterr().err
 
 
 @integration

@@ -41,6 +41,9 @@ def register(sub: Any) -> None:
                            help="apply an offline delta file to an ostree repo (USB updates)")
     apply.add_argument("--repo", type=Path, required=True, help="the device's ostree repo")
     apply.add_argument("delta", type=Path, help="a .delta file written by `deltas`")
+    apply.add_argument("--verify-remote", metavar="REMOTE",
+                       help="require the commit's GPG signature to verify with this remote's "
+                            "keys (the device's update remote, added with --gpg-import)")
     apply.set_defaults(func=cmd_apply_delta)
 
 
@@ -91,6 +94,9 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_apply_delta(ctx: Context, args: argparse.Namespace) -> int:
     from builder.deltas import apply_offline
 
-    commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve())
-    ctx.progress.info(f"applied {args.delta}: {args.repo} now holds commit {commit}")
+    commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve(),
+                           args.verify_remote)
+    verified = (f", signature verified with remote {args.verify_remote!r}"
+                if args.verify_remote else "; signature NOT verified (no --verify-remote)")
+    ctx.progress.info(f"applied {args.delta}: {args.repo} now holds commit {commit}{verified}")
     return 0
