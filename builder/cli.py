@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import sys
 from pathlib import Path
@@ -81,9 +82,13 @@ def main(argv: list[str] | None = None) -> int:
     except BuildError as exc:
         if args.debug:
             raise
-        print(f"error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
+        if args.json:  # CI parses stderr as JSON lines: the error is one more event
+            print(json.dumps({"event": "error", "message": exc.message, "hint": exc.hint,
+                              "exit_code": exc.exit_code}, sort_keys=True), file=sys.stderr)
+        else:
+            print(f"error: {exc.message}", file=sys.stderr)
+            if exc.hint:
+                print(f"hint: {exc.hint}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

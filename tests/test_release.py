@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,13 @@ def test_build_image_rejects_an_unknown_image_before_any_work(
                    "--build-dir", build) == 2
     assert "no image named 'nope'" in capsys.readouterr().err
     assert not build.exists()
+
+
+def test_json_mode_reports_a_bad_input_as_one_json_event(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_release(tmp_path, lambda d: d.update(version="4.14-2"))
+    assert run_cli("--json", "--release", path, "rpms", "--build-dir", tmp_path / "b") == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    event = json.loads(line)
+    assert event["event"] == "error" and event["exit_code"] == 2
+    assert event["message"].startswith(f"{path}: version:")
