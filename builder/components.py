@@ -239,20 +239,6 @@ def render_documents(output: PluginOutput) -> str:
 OUT_MARKER = ".microshift-components"
 
 
-def write_file(path: Path, text: str) -> None:
-    """Write atomically: a temporary file in the same directory, renamed when complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_kustomize_dir(path: Path, outputs: list[PluginOutput]) -> None:
     """DIR/kustomization.yaml listing DIR/NNN-name.yaml per plugin; replaced as a whole.
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.errors import BuildError
+from builder.ostree import Repo
 from builder.progress import Progress
 from builder.runner import Runner
 
@@ -30,14 +31,6 @@ class ImportedCommit:
     ref: str
     commit: str
     repo: Path
-
-
-def ensure_archive_repo(repo: Path, runner: Runner) -> None:
-    """Create DIR/ostree/repo in archive mode (what HTTP servers and deltas want) if missing."""
-    if (repo / "config").is_file():
-        return
-    repo.mkdir(parents=True, exist_ok=True)
-    runner.run(["ostree", "init", "--mode=archive", f"--repo={repo}"])
 
 
 def read_compose_json(path: Path, tarball: Path) -> tuple[str, str]:
@@ -78,7 +71,8 @@ def import_commit_tarball(
     expected_ref: str | None = None,
 ) -> ImportedCommit:
     """Pull the tarball's commit into `repo`, update the summary, verify the new head."""
-    ensure_archive_repo(repo, runner)
+    # archive mode: what HTTP servers and static deltas want
+    Repo(repo, runner).init("archive")
     # Extract next to the repo rather than in /tmp: commits are large and /tmp is often
     # a small tmpfs. The temp dir goes away whatever happens.
     with tempfile.TemporaryDirectory(prefix=".composer-import-", dir=repo.parent) as tmp:

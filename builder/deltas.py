@@ -27,6 +27,7 @@ from builder.ostree import Repo, TreeObjects, delta_dir, object_path
 from builder.progress import human_bytes
 from builder.runner import Runner
 from builder.signing import SigningKey, stop_agent
+from builder.steps import write_atomic
 
 LINK_SPEEDS_MBIT = (5, 10)
 OFFLINE_SUFFIX = ".delta"
@@ -150,8 +151,8 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
                 stop_agent(ctx.runner, options.key.homedir)
         _remove_stale_offline(out_dir, {p.offline_file for p in paths if p.offline_file})
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths))
-    _write_atomic(out_dir / "report.json", report.to_json())
-    _write_atomic(out_dir / "report.txt", report.text() + "\n")
+    write_atomic(out_dir / "report.json", report.to_json())
+    write_atomic(out_dir / "report.txt", report.text() + "\n")
     ctx.progress.wrote(str(out_dir / "report.json"), (out_dir / "report.json").stat().st_size)
     return report
 
@@ -275,8 +276,3 @@ def _remote_keys(runner: Runner, repo_path: Path, remote: str) -> Path:
     raise BuildError(f"remote {remote!r} of {repo_path} has no GPG keys to verify with",
                      hint="add the remote with --gpg-import=KEY.asc")
 
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

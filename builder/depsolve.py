@@ -24,6 +24,7 @@ from typing import Any
 from builder.errors import BuildError, InputError
 from builder.release import Release
 from builder.runner import Runner
+from builder.steps import write_atomic
 
 PROJECT_REPO = "microshift"
 GLOB_CHARS = re.compile(r"[*?\[]")
@@ -123,7 +124,7 @@ def _download_repo(source: RepoSource, dest: Path, fetch: Fetch) -> Path:
 
     base = source.location.rstrip("/") + "/"
     (dest / "repodata").mkdir(parents=True, exist_ok=True)
-    _write_atomic(dest / "repodata" / "repomd.xml", fetch(base + "repodata/repomd.xml"))
+    write_atomic(dest / "repodata" / "repomd.xml", fetch(base + "repodata/repomd.xml"))
     probe_pool = solv.Pool()  # the repo needs its pool alive: libsolv frees repos with it
     probe = probe_pool.add_repo(source.name)
     _add_repomd(probe, dest)
@@ -135,7 +136,7 @@ def _download_repo(source: RepoSource, dest: Path, fetch: Fetch) -> Path:
         target = _inside(dest, href, source)
         if not (target.is_file() and _digest(target, checksum[0]) == checksum[1]):
             target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(target, fetch(base + href))
+            write_atomic(target, fetch(base + href))
     return dest
 
 
@@ -246,11 +247,6 @@ def _decompress(path: Path, runner: Runner) -> bytes:
         return runner.run(["zstd", "-dc", str(path)]).stdout
     return data
 
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def _job(pool: Any, name: str, version: str) -> Any:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 import re
 import shlex
-import tempfile
 import tomllib
 import types
 import warnings
@@ -28,6 +26,7 @@ import jinja2
 
 from builder.context import PROJECT_ROOT
 from builder.errors import BuildError, InputError
+from builder.steps import write_atomic
 from builder.templates import environment
 
 KICKSTART_DIR = PROJECT_ROOT / "kickstart"
@@ -301,14 +300,4 @@ def _check_secret_not_logged(scripts: list[Any], source: str, secret: str) -> No
 
 def write_kickstart(path: Path, text: str, *, private: bool) -> int:
     """Write atomically; a kickstart that holds a secret is readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, 0o600 if private else 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return len(text.encode())
+    return write_atomic(path, text, 0o600 if private else 0o644)

@@ -23,6 +23,7 @@ from builder.context import Context
 from builder.errors import BuildError, InputError
 from builder.runner import Runner
 
+SAMPLE_PUBLIC_KEY = "SAMPLE-signing-key.asc"  # in DIR/gpg/, what devices import
 SAMPLE_UID = ("MicroShift edge builder SAMPLE signing key (throwaway) "
               "<sample-signing@example.invalid>")
 
@@ -117,7 +118,7 @@ def ensure_sample_key(ctx: Context) -> SigningKey:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     key = resolve_key(runner, homedir, SAMPLE_UID)
-    export_public_key(runner, key, ctx.path("gpg", "SAMPLE-signing-key.asc"))
+    export_public_key(runner, key, ctx.path("gpg", SAMPLE_PUBLIC_KEY))
     ctx.progress.info(f"created the SAMPLE signing key {key.key_id} in {homedir} (throwaway, "
                       "no passphrase; use --gpg-homedir/--gpg-key for a real release)")
     return key

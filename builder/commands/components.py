@@ -53,9 +53,9 @@ def cmd_components_run(ctx: Context, args: argparse.Namespace) -> int:
     from builder.components import (
         render_stream,
         run_components,
-        write_file,
         write_kustomize_dir,
     )
+    from builder.steps import write_atomic
 
     with ctx.progress.step(f"components run --root {args.root}"):
         outputs = run_components(args.root, config_path=args.config, runner=ctx.runner,
@@ -66,7 +66,7 @@ def cmd_components_run(ctx: Context, args: argparse.Namespace) -> int:
             sys.stdout.write(render_stream(outputs))
             sys.stdout.flush()
         elif args.out.suffix in YAML_SUFFIXES:
-            write_file(args.out, render_stream(outputs))
+            write_atomic(args.out, render_stream(outputs))
             ctx.progress.wrote(str(args.out), args.out.stat().st_size)
         else:
             write_kustomize_dir(args.out, outputs)

@@ -16,7 +16,6 @@ from typing import Any
 from builder.context import Context
 
 DEFAULT_REF = "rhel/9/{arch}/edge"
-SAMPLE_KEY_FILE = "SAMPLE-signing-key.asc"  # what `compose` exports into DIR/gpg/
 
 
 def register(sub: Any) -> None:
@@ -136,7 +135,9 @@ def _verifying_key(ctx: Context, repo: Path, ref: str, commit: str,
             raise InputError("command line", "--gpg-key", f"{what} is not signed, so devices "
                              "could not verify it", hint="sign the commit or drop --gpg-key")
         return None
-    sample = ctx.path("gpg", SAMPLE_KEY_FILE)
+    from builder.signing import SAMPLE_PUBLIC_KEY
+
+    sample = ctx.path("gpg", SAMPLE_PUBLIC_KEY)
     candidate = key or (sample if sample.is_file() else None)
     if candidate is None:
         raise InputError("command line", "--gpg-key",
