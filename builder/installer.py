@@ -30,6 +30,7 @@ from typing import Any
 from builder import bootiso
 from builder.errors import BuildError, ToolError
 from builder.kickstart import ISO_REPO_DIR, validate, write_kickstart
+from builder.ostree import Repo
 from builder.progress import Progress
 from builder.runner import Runner
 
@@ -76,25 +77,16 @@ def resolve_commit(runner: Runner, repo: Path, ref: str, image: str) -> str:
     """The commit `ref` points to in `repo`; a clear error when there is none yet."""
     hint = (f"compose it first (`python -m builder compose --image {image}`), or name "
             "the image's ref with --ref")
-    if not (repo / "config").is_file():
+    source = Repo(repo, runner)
+    if not source.exists():
         raise BuildError(f"{repo}: no ostree repository, so no commit for image {image}",
                          hint=hint)
-    try:
-        commit = _ostree(runner, repo, "rev-parse", ref).strip()
-    except ToolError as exc:
-        raise BuildError(f"{repo}: no commit for image {image} on ref {ref}", hint=hint) \
-            from exc
+    commit = source.rev_parse(ref)
+    if commit is None:
+        raise BuildError(f"{repo}: no commit for image {image} on ref {ref}", hint=hint)
     if not CHECKSUM_RE.match(commit):
         raise BuildError(f"ostree rev-parse {ref} printed {commit!r}, expected a checksum")
     return commit
-
-
-def commit_version(runner: Runner, repo: Path, commit: str) -> str | None:
-    try:
-        value = _ostree(runner, repo, "show", "--print-metadata-key=version", commit).strip()
-    except ToolError:
-        return None  # the commit carries no version
-    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
 
 
 def commit_signed(runner: Runner, repo: Path, commit: str) -> bool:
@@ -184,7 +176,7 @@ def _stage(runner: Runner, progress: Progress, request: IsoRequest, work: Path,
                     private=request.kickstart_private)
     manifest = Manifest(
         image=request.image, ref=request.ref, commit=commit,
-        version=commit_version(runner, request.source_repo, commit),
+        version=Repo(request.source_repo, runner).metadata(commit, "version"),
         signed=commit_signed(runner, request.source_repo, commit),
         volume_id=listing.volume_id if listing else volume_id_for(request.image),
         kickstart=KICKSTART_NAME, repo=ISO_REPO_DIR,
