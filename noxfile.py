@@ -40,13 +40,14 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy --strict."""
+    """ruff, mypy --strict and the import layering (import-linter)."""
     session.install("-e", ".[lint]")
     # The OVN-K and TopoLVM component plugins are Python scripts without a .py suffix.
     plugins = [str(p) for p in Path("specs/sources").glob("*/usr/lib/microshift/*/*/plugin")
                if p.read_text().startswith("#!/usr/bin/python3")]
     session.run("ruff", "check", "builder", "tests", "bench", "noxfile.py", *plugins)
     session.run("mypy")
+    session.run("lint-imports")  # imports flow one way: commands -> stages -> core
 
 
 @nox.session(python=PYTHON)

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from builder.context import Context
-from builder.errors import BuildError
-from builder.progress import Progress
+from builder.core.errors import BuildError
+from builder.core.progress import Progress
 
 COMMAND_MODULES = (
     "builder.commands.packaging",
@@ -63,11 +63,6 @@ def _accept_global_options(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for nested in action.choices.values():
                 _accept_global_options(nested)
-
-
-def add_build_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--build-dir", type=Path, default=Path("build"),
-                        help="where every output goes (default: ./build)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,11 +6,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from builder.progress import Progress
-from builder.release import Release, load_release
-from builder.runner import Runner
-
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+from builder.core.progress import Progress
+from builder.core.runner import Runner
+from builder.release.model import Release, load_release
 
 
 @dataclass

@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from builder.commands.options import add_build_dir
 from builder.context import Context
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-
     parser = sub.add_parser(
         "blueprint", help="render, validate and depsolve an image's blueprint",
         description="Render blueprints/NAME.toml.j2 for the release, check it against Image "
@@ -29,8 +28,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_blueprint(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint import BLUEPRINTS_DIR, load_profiles
-    from builder.blueprint_build import build_blueprint
+    from builder.blueprint.build import build_blueprint
+    from builder.blueprint.render import BLUEPRINTS_DIR, load_profiles
 
     blueprints_dir = (args.blueprints or BLUEPRINTS_DIR).resolve()
     names: list[str] = args.image or ["microshift-full"]

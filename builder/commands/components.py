@@ -50,12 +50,12 @@ def _seconds(text: str) -> float:
 
 
 def cmd_components_run(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.components import (
+    from builder.components.loader import (
         render_stream,
         run_components,
         write_kustomize_dir,
     )
-    from builder.steps import write_atomic
+    from builder.core.steps import write_atomic
 
     with ctx.progress.step(f"components run --root {args.root}"):
         outputs = run_components(args.root, config_path=args.config, runner=ctx.runner,

@@ -7,13 +7,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+from builder.commands.options import add_build_dir, add_signing_options, signing_key
 from builder.context import Context
-from builder.errors import BuildError, InputError
+from builder.core.errors import BuildError, InputError
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-
     compose = sub.add_parser("compose", help="compose an ostree commit from a rendered blueprint")
     add_build_dir(compose)
     compose.add_argument("--image", default="microshift-full",
@@ -21,7 +20,7 @@ def register(sub: Any) -> None:
     compose.add_argument("--ref", help="ostree ref to commit on (default: release.yaml "
                                        "ostree.ref, else the profile's ref)")
     compose.add_argument("--authfile", type=Path, help="registry auth file for skopeo")
-    signing_args(compose)
+    add_signing_options(compose)
     compose.set_defaults(func=cmd_compose)
 
     deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
@@ -34,7 +33,7 @@ def register(sub: Any) -> None:
                              "ostree.deltas_from, 3)")
     deltas.add_argument("--no-offline", action="store_true",
                         help="skip the offline delta files in DIR/deltas/")
-    signing_args(deltas)
+    add_signing_options(deltas)
     deltas.set_defaults(func=cmd_deltas)
 
     apply = sub.add_parser("apply-delta",
@@ -47,22 +46,15 @@ def register(sub: Any) -> None:
     apply.set_defaults(func=cmd_apply_delta)
 
 
-def signing_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--gpg-homedir", type=Path,
-                        help="GnuPG home with the signing key (default: the SAMPLE key in "
-                             "DIR/gpg when the base is the SAMPLE base)")
-    parser.add_argument("--gpg-key", help="key id or fingerprint to sign with")
-
-
-def signing_key(ctx: Context, args: argparse.Namespace) -> Any:
-    from builder.signing import release_signing_key
-
-    return release_signing_key(ctx, args.gpg_homedir, args.gpg_key)
-
-
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.compose import KILL_ENV, ComposeOptions, compose_image, kill_at, no_checkpoint
-    from builder.compose_inputs import load_compose_inputs
+    from builder.compose.commit import (
+        KILL_ENV,
+        ComposeOptions,
+        compose_image,
+        kill_at,
+        no_checkpoint,
+    )
+    from builder.compose.inputs import load_compose_inputs
 
     # Inputs first: a missing blueprint must not leave a fresh signing key behind.
     load_compose_inputs(ctx.build_dir, args.image, ctx.release.evr)
@@ -76,7 +68,7 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.deltas import DeltaOptions, generate_deltas
+    from builder.publish.deltas import DeltaOptions, generate_deltas
 
     if args.from_count is not None and args.from_count < 0:
         raise InputError("command line", "--from-count", "must be 0 or more")
@@ -92,7 +84,7 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_apply_delta(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.deltas import apply_offline
+    from builder.publish.deltas import apply_offline
 
     commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve(),
                            args.verify_remote)

@@ -18,7 +18,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.composer import (
+from builder.commands.options import add_build_dir
+from builder.composer.remote import (
     COMPOSE_TYPES,
     ComposeOptions,
     ComposeResult,
@@ -30,17 +31,15 @@ from builder.composer import (
     wait_for_compose,
 )
 from builder.context import Context
-from builder.errors import InputError
+from builder.core.errors import InputError
 
 if TYPE_CHECKING:
-    from builder.composer_client import WeldrClient
+    from builder.composer.client import WeldrClient
 
 DEFAULT_REF = "rhel/9/x86_64/edge"
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-
     common = argparse.ArgumentParser(add_help=False)
     where = common.add_mutually_exclusive_group()
     where.add_argument("--socket", type=Path, default=None,
@@ -107,7 +106,7 @@ def _add_image(parser: argparse.ArgumentParser) -> None:
 
 def _client(args: argparse.Namespace) -> WeldrClient:
     # Imported here: requests is only loaded when a composer action actually runs.
-    from builder.composer_client import Endpoint, WeldrClient
+    from builder.composer.client import Endpoint, WeldrClient
 
     if args.timeout <= 0:
         raise InputError("command line", "--timeout", f"{args.timeout:g} must be above 0")

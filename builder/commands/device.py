@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from builder.commands.options import add_build_dir
 from builder.context import Context
-from builder.errors import InputError
+from builder.core.errors import InputError
 
 SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull")
 
@@ -57,8 +58,6 @@ def register(sub: Any) -> None:
 
 
 def _add_simulate(simulate: argparse.ArgumentParser) -> None:
-    from builder.cli import add_build_dir
-
     add_build_dir(simulate)
     simulate.add_argument("--scenario", required=True, choices=SCENARIO_NAMES)
     simulate.add_argument("--work-dir", type=Path,
@@ -120,7 +119,7 @@ def _source_arg(text: str) -> Path | str:
 
 
 def _link_options(args: argparse.Namespace) -> Any:
-    from builder.device import LinkOptions
+    from builder.device.sysroot import LinkOptions
 
     if args.latency_ms < 0:
         raise InputError("--latency-ms", "", "must not be negative")
@@ -128,14 +127,14 @@ def _link_options(args: argparse.Namespace) -> Any:
 
 
 def cmd_init(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device import Device
+    from builder.device.sysroot import Device
 
     Device(args.sysroot, ctx.runner, ctx.progress).init(args.osname)
     return 0
 
 
 def cmd_install(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device import Device
+    from builder.device.sysroot import Device
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
     conf: dict[str, str] = {}
@@ -155,7 +154,7 @@ def cmd_install(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device import Device
+    from builder.device.sysroot import Device
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
     with ctx.progress.step("device upgrade"):
@@ -165,10 +164,10 @@ def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_boot(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device import Device
-    from builder.device_boot import boot
-    from builder.device_sim import boot_until_settled
-    from builder.health_server import ApiServer, parse_health
+    from builder.device.boot import boot
+    from builder.device.health_server import ApiServer, parse_health
+    from builder.device.scenarios import boot_until_settled
+    from builder.device.sysroot import Device
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
     device.config()
@@ -184,7 +183,7 @@ def cmd_boot(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device import Device
+    from builder.device.sysroot import Device
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
     config = device.config()
@@ -201,8 +200,8 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.device_commits import build_sample_pair, find_update_pair
-    from builder.device_sim import SCENARIOS, SimOptions, outcome_json, run_scenario
+    from builder.device.commits import build_sample_pair, find_update_pair
+    from builder.device.scenarios import SCENARIOS, SimOptions, outcome_json, run_scenario
 
     if not 1 <= args.wait_timeout <= 9999:
         raise InputError("--wait-timeout", "", "must be 1..9999 seconds")

@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from builder.commands.options import add_build_dir, signing_key
 from builder.context import Context
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-
     rpms = sub.add_parser("rpms", help="render specs, build RPMs and the yum repository")
     add_build_dir(rpms)
     rpms.add_argument("--no-lint", action="store_true", help="skip rpmlint on built RPMs")
@@ -26,19 +25,17 @@ def register(sub: Any) -> None:
 
 
 def cmd_rpms(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.rpms import build_release_rpms
+    from builder.rpm.packages import build_release_rpms
 
     key = None
     if args.gpg_key is not None or args.gpg_homedir is not None:
-        from builder.commands.compose import signing_key
-
         key = signing_key(ctx, args)
     build_release_rpms(ctx, lint=not args.no_lint, key=key)
     return 0
 
 
 def cmd_sample_base(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.sample_base import build_sample_base
+    from builder.rpm.sample_base import build_sample_base
 
     ctx.release  # validate release.yaml before any work  # noqa: B018
     build_sample_base(ctx)

@@ -7,30 +7,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+from builder.commands.options import add_build_dir, add_signing_options, signing_key
 from builder.context import Context
-from builder.progress import human_bytes
+from builder.core.progress import human_bytes
 
 STAGES = ("rpms", "blueprint", "compose", "deltas", "installer")
 
 
 def register(sub: Any) -> None:
-    from builder.cli import add_build_dir
-    from builder.commands.compose import signing_args
-
     parser = sub.add_parser("build-image", help="run the whole chain for the release")
     add_build_dir(parser)
     parser.add_argument("--image", default="microshift-full",
                         help="image profile to compose (default: microshift-full)")
     parser.add_argument("--until", choices=STAGES, default=STAGES[-1],
                         help="stop after this stage (default: run them all)")
-    signing_args(parser)
+    add_signing_options(parser)
     parser.set_defaults(func=cmd_build_image)
 
 
 def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint import load_profile
-    from builder.commands.compose import signing_key
-
+    from builder.blueprint.render import load_profile
     started = time.monotonic()
     release = ctx.release  # validate before any work
     load_profile(args.image)  # an unknown image fails now, not after the RPM build
@@ -47,8 +43,8 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.rpms import build_release_rpms
-    from builder.sample_base import build_sample_base
+    from builder.rpm.packages import build_release_rpms
+    from builder.rpm.sample_base import build_sample_base
 
     found: list[tuple[str, Path]] = []
     if any(repo.kind == "sample" for repo in ctx.release.base_repos):
@@ -59,15 +55,14 @@ def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def _blueprint(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.blueprint_build import build_blueprint
+    from builder.blueprint.build import build_blueprint
 
     build_blueprint(ctx, args.image)
     return [("blueprint + lock file", ctx.path("blueprints"))]
 
 
 def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.commands.compose import signing_key
-    from builder.compose import ComposeOptions, compose_image
+    from builder.compose.commit import ComposeOptions, compose_image
 
     result = compose_image(ctx, args.image, ComposeOptions(key=signing_key(ctx, args)))
     ctx.progress.info(f"commit {result.commit} on {result.ref}")
@@ -75,8 +70,7 @@ def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.commands.compose import signing_key
-    from builder.deltas import DeltaOptions, generate_deltas
+    from builder.publish.deltas import DeltaOptions, generate_deltas
 
     report = generate_deltas(ctx, DeltaOptions(image=args.image, key=signing_key(ctx, args)))
     ctx.progress.info(report.text())
@@ -84,22 +78,16 @@ def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from builder.commands.installer import cmd_installer
-    from builder.commands.kickstart import add_kickstart_options
+    from builder.core.signing import export_public_key
+    from builder.installer.media import MediaOptions, build_installer
 
-    # The installer's own defaults (embedded kickstart, data ISO, the SAMPLE public key).
-    defaults = argparse.ArgumentParser(add_help=False)
-    add_kickstart_options(defaults)
-    defaults.add_argument("--boot-iso", type=Path)
-    options = ["--image", args.image]
+    public_key = None
     if args.user_key is not None:
         # Devices verify the commit with the public half of the release key.
-        from builder.signing import export_public_key
-
         public = ctx.path("keys", f"{args.user_key.key_id}.asc")
         public.parent.mkdir(parents=True, exist_ok=True)
-        options += ["--gpg-key", str(export_public_key(ctx.runner, args.user_key, public))]
-    cmd_installer(ctx, defaults.parse_args(options))
+        public_key = export_public_key(ctx.runner, args.user_key, public)
+    build_installer(ctx, MediaOptions(image=args.image, gpg_key=public_key))
     return [("installer ISO (data ISO, kickstart inside)",
              ctx.path("installer", f"{args.image}.iso"))]
 

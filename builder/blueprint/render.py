@@ -1,0 +1,277 @@
+"""Image profiles (blueprints/profiles.yaml) and their Image Builder blueprints.
+
+`render_blueprint()` turns one profile into blueprint TOML: the chosen components' RPMs pinned
+to the release's exact version-release, their container images as `[[containers]]` pinned by
+digest, their services, the firewall, and the MicroShift file customizations. Templates live
+in blueprints/NAME.toml.j2 and extend blueprints/_microshift.toml.j2.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from builder.core.errors import BuildError, InputError
+from builder.core.paths import PROJECT_ROOT
+from builder.core.schema import Fields, load_yaml
+from builder.core.templates import environment
+from builder.release.catalog import BY_KEY, component
+from builder.release.model import Image, Release
+
+BLUEPRINTS_DIR = PROJECT_ROOT / "blueprints"
+PROFILES_FILE = "profiles.yaml"
+# osbuild-composer's rule for blueprint names (weldr API and osbuild/blueprint).
+NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
+LOG_LEVELS = ("Normal", "Debug", "Trace", "TraceAll")
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    name: str
+    version: str | None = None  # None: this project's package, pinned to the release EVR
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Values written into the image's file customizations."""
+
+    base_domain: str
+    log_level: str
+    ovn_mtu: int
+    max_boot_attempts: int
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    description: str
+    components: tuple[str, ...]
+    packages: tuple[PackageSpec, ...]
+    ref_template: str
+    settings: Settings
+    blueprints_dir: Path
+
+    @property
+    def template(self) -> str:
+        return f"{self.name}.toml.j2"
+
+    def ref(self, arch: str) -> str:
+        """The ostree ref the image's commits go to."""
+        return self.ref_template.format(arch=arch, name=self.name)
+
+
+@dataclass(frozen=True)
+class PinnedPackage:
+    name: str
+    version: str  # what goes into the blueprint: an exact version-release or a glob
+
+
+def load_profiles(blueprints_dir: Path = BLUEPRINTS_DIR) -> dict[str, Profile]:
+    """Read profiles.yaml; every error names the file and the field."""
+    path = blueprints_dir / PROFILES_FILE
+    top = Fields(str(path), "", load_yaml(path))
+    defaults = top.child("defaults") or Fields(str(path), "defaults", {})
+    default_packages = _packages(defaults, "packages")
+    default_ref = defaults.get("ref", str, "microshift/{arch}/{name}")
+    default_settings = defaults.get("settings", dict, {})
+    defaults.close()
+    images = top.child("images", required=True)
+    assert images is not None
+    profiles: dict[str, Profile] = {}
+    for name in images.data:
+        fields = images.child(str(name), required=True)
+        assert fields is not None
+        profiles[str(name)] = _profile(str(name), fields, default_packages=default_packages,
+                                       default_ref=default_ref,
+                                       default_settings=default_settings,
+                                       blueprints_dir=blueprints_dir)
+    images.close()
+    top.close()
+    return profiles
+
+
+def load_profile(name: str, blueprints_dir: Path = BLUEPRINTS_DIR) -> Profile:
+    profiles = load_profiles(blueprints_dir)
+    if name not in profiles:
+        raise InputError(str(blueprints_dir / PROFILES_FILE), "images",
+                         f"no image named {name!r}; allowed: {', '.join(sorted(profiles))}")
+    return profiles[name]
+
+
+def _profile(name: str, fields: Fields, *, default_packages: tuple[PackageSpec, ...],
+             default_ref: str, default_settings: dict[str, Any],
+             blueprints_dir: Path) -> Profile:
+    if not NAME_RE.match(name):
+        raise InputError(fields.file, fields.prefix, f"image name {name!r} is not allowed; "
+                         "allowed: letters, digits, '.', '_' and '-' (Image Builder's rule)")
+    description = " ".join(fields.get("description", str, required=True).split())
+    components = tuple(fields.get("components", list, required=True))
+    for key in components:
+        fields.check("components", key, BY_KEY.__contains__, ", ".join(BY_KEY))
+    if "core" not in components:
+        raise fields.error("components", "must include core (microshift-core)")
+    if len(set(components)) != len(components):
+        raise fields.error("components", "lists a component twice")
+    packages = default_packages + _packages(fields, "packages")
+    ref = fields.get("ref", str, default_ref)
+    settings = _settings(Fields(fields.file, fields.path("settings"),
+                                {**default_settings, **fields.get("settings", dict, {})}))
+    template = blueprints_dir / f"{name}.toml.j2"
+    if not template.is_file():
+        raise InputError(fields.file, fields.prefix, f"has no template {template}",
+                         hint="create it; it usually only extends _microshift.toml.j2")
+    fields.close()
+    return Profile(name=name, description=description, components=components,
+                   packages=packages, ref_template=ref, settings=settings,
+                   blueprints_dir=blueprints_dir)
+
+
+def _packages(fields: Fields, key: str) -> tuple[PackageSpec, ...]:
+    specs: list[PackageSpec] = []
+    for index, item in enumerate(fields.get(key, list, [])):
+        where = f"{fields.path(key)}[{index}]"
+        if isinstance(item, str):
+            specs.append(PackageSpec(item))
+            continue
+        entry = Fields(fields.file, where, item)
+        specs.append(PackageSpec(entry.get("name", str, required=True),
+                                 entry.get("version", str, required=True)))
+        entry.close()
+    return tuple(specs)
+
+
+def _settings(fields: Fields) -> Settings:
+    level = fields.check("log_level", fields.get("log_level", str, "Normal"),
+                         LOG_LEVELS.__contains__, ", ".join(LOG_LEVELS))
+    # ovn.yaml `mtu` is a uint32; below IPv6's minimum (1280) OVN's Geneve overlay breaks.
+    mtu = fields.check("ovn_mtu", fields.get("ovn_mtu", int, 1400),
+                       lambda m: 1280 <= m <= 65535, "an integer from 1280 to 65535")
+    attempts = fields.check("max_boot_attempts", fields.get("max_boot_attempts", int, 3),
+                            lambda a: 1 <= a <= 100, "an integer from 1 to 100")
+    domain = fields.check("base_domain", fields.get("base_domain", str, "example.com"),
+                          re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$").match,
+                          "a DNS domain in lower case")
+    fields.close()
+    return Settings(base_domain=domain, log_level=level, ovn_mtu=mtu,
+                    max_boot_attempts=attempts)
+
+
+def semver_for(version: str, release: str) -> str:
+    """A blueprint version (semver, as github.com/coreos/go-semver parses it) for an RPM EVR.
+
+    4.14.2 + release 1 -> "4.14.2-1"; missing minor/patch parts become 0, and anything after
+    them (e.g. "~rc1") plus the release become dot-separated pre-release identifiers.
+    """
+    match = re.match(r"^(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$", version)
+    if match is None:
+        raise BuildError(f"release version {version!r} does not start with a number; "
+                         "cannot derive the blueprint's semantic version")
+    numbers = [str(int(group or 0)) for group in match.groups()[:3]]
+    extra = [part for text in (match.group(4), release)
+             for part in re.split(r"[^0-9A-Za-z-]+", text) if part]
+    return ".".join(numbers) + ("-" + ".".join(extra) if extra else "")
+
+
+def pinned_packages(release: Release, profile: Profile) -> tuple[PinnedPackage, ...]:
+    """The blueprint's [[packages]]: components first, then the profile's extra packages."""
+    pinned = [PinnedPackage(component(key).package, release.evr) for key in profile.components]
+    pinned += [PinnedPackage(spec.name, spec.version or release.evr) for spec in profile.packages]
+    return tuple(pinned)
+
+
+def profile_images(release: Release, profile: Profile) -> tuple[Image, ...]:
+    """Every container image of the profile's components, in release.yaml order."""
+    shipped = {comp.key for comp in release.components}
+    for key in profile.components:
+        if key not in shipped:
+            raise InputError(str(profile.blueprints_dir / PROFILES_FILE),
+                             f"images.{profile.name}.components",
+                             f"component {key!r} is not in {release.path.name}; "
+                             f"the release ships: {', '.join(sorted(shipped))}")
+    return release.images(profile.components)
+
+
+def services(profile: Profile) -> list[str]:
+    names: list[str] = []
+    for key in profile.components:
+        names += [s for s in component(key).services if s not in names]
+    return names
+
+
+def render_blueprint(release: Release, profile: Profile) -> str:
+    """The blueprint TOML text of one profile for one release."""
+    context = {
+        "release": release,
+        "name": profile.name,
+        "description": profile.description,
+        "version": semver_for(release.version, release.release),
+        "template": profile.template,
+        "components": list(profile.components),
+        "packages": pinned_packages(release, profile),
+        "containers": profile_images(release, profile),
+        "services": services(profile),
+        "settings": profile.settings,
+    }
+    return _render(profile.blueprints_dir, profile.template, context)
+
+
+def _render(search_path: Path, name: str, context: Mapping[str, Any]) -> str:
+    env = environment(search_path)
+    env.filters["toml"] = toml_value
+    env.filters["toml_text"] = toml_text
+    try:
+        return env.get_template(name).render(**context)
+    except jinja2.TemplateSyntaxError as exc:
+        raise BuildError(f"{exc.filename or name}:{exc.lineno}: template error: {exc.message}") \
+            from exc
+    except jinja2.TemplateNotFound as exc:
+        raise BuildError(f"{search_path / name}: template not found: {exc.name}") from exc
+    except jinja2.UndefinedError as exc:
+        raise BuildError(f"{search_path / name}: template error: {exc.message}") from exc
+
+
+# TOML basic strings: escape the quote, the backslash and every control character
+# (TOML 1.0, "String": U+0000-U+001F and U+007F must be escaped).
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+            "\r": "\\r"}
+
+
+def toml_string(text: str) -> str:
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def toml_value(value: object) -> str:
+    """A Jinja filter: a string, bool, int or list of them as a TOML value."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def toml_text(text: str) -> str:
+    """A Jinja filter for file contents: a readable multi-line literal string when TOML allows
+    one (no ''' inside, no control characters but tab and newline), else a basic string."""
+    plain = all(c in "\t\n" or (ord(c) >= 0x20 and ord(c) != 0x7F) for c in text)
+    if plain and "'''" not in text and not text.endswith("'"):
+        # The newline right after the opening delimiter is trimmed by TOML parsers.
+        return "'''\n" + text + "'''"
+    return toml_string(text)
+

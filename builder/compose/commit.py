@@ -1,0 +1,269 @@
+"""The local compose: blueprint + lock file + base commit -> a signed ostree commit on a ref.
+
+Repositories (all under DIR/ostree):
+  repo/        archive mode, what is published over HTTP and what deltas are made in;
+  build-repo/  bare mode, private: base commits and fresh compose commits. Checking a base
+               out of it with hard links costs no copy, and committing the tree back with
+               --link-checkout-speedup skips re-hashing untouched files.
+  work/        scratch trees; anything here is stale once no compose holds the lock.
+
+Crash safety: nothing in repo/ changes until the commit is complete in build-repo. Then
+`pull-local` copies (and re-verifies) its objects into repo/ in one ostree transaction,
+the commit is signed, and only then the ref moves (one atomic rename inside ostree) and the
+summary is regenerated. Killed anywhere, repo/ passes `ostree fsck` with the ref at the old
+commit (or already at the new one, whose objects are all present), and a rerun completes.
+A rerun whose tree and version equal the ref's head changes nothing but the summary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.compose.base import BaseCommit, ensure_base
+from builder.compose.containers import embed_images
+from builder.compose.customizations import apply_customizations
+from builder.compose.inputs import ComposeInputs, load_compose_inputs
+from builder.compose.rootfs import (
+    clean_rpmdb,
+    etc_to_usr_etc,
+    install_packages,
+    package_files,
+    usr_etc_to_etc,
+    var_to_tmpfiles,
+    verify_packages,
+)
+from builder.compose.units import apply_presets, preset_units, units_in
+from builder.context import Context
+from builder.core.errors import BuildError, InputError
+from builder.core.ostree import Repo
+from builder.core.signing import SigningKey, stop_agent
+
+KILL_ENV = "MICROSHIFT_BUILDER_TEST_KILL_AT"
+STAGES = ("base", "installed", "customized", "committed", "pulled", "signed", "ref-moved")
+
+
+def no_checkpoint(stage: str) -> None:
+    """Default checkpoint: nothing happens between stages."""
+
+
+def kill_at(stage_to_kill: str) -> Callable[[str], None]:
+    """A checkpoint that SIGKILLs this process at the named stage (crash-safety tests)."""
+    if stage_to_kill not in STAGES:
+        raise BuildError(f"{KILL_ENV}={stage_to_kill!r}: unknown stage; allowed: "
+                         + ", ".join(STAGES))
+
+    def checkpoint(stage: str) -> None:
+        if stage == stage_to_kill:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return checkpoint
+
+
+@dataclass(frozen=True)
+class ComposeOptions:
+    ref: str | None = None              # overrides release.yaml / the image profile
+    key: SigningKey | None = None       # signs the commit and the summary
+    auth_file: Path | None = None       # registry credentials for skopeo
+    checkpoint: Callable[[str], None] = field(default=no_checkpoint)
+
+
+@dataclass(frozen=True)
+class ComposeResult:
+    image: str
+    ref: str
+    commit: str
+    parent: str | None
+    changed: bool
+    version: str
+    seconds: float
+    repo: Path
+
+
+def image_ref(ctx: Context, image: str) -> str:
+    """The ref an image's commits go on: release.yaml ostree.ref, else the profile's (as
+    recorded in the rendered lock, else from blueprints/profiles.yaml), else the default."""
+    from builder.blueprint.render import load_profile
+
+    arch = ctx.release.architectures[0]
+    profile_ref = None
+    rendered = False
+    with suppress(InputError):
+        profile_ref = load_compose_inputs(ctx.build_dir, image).ref
+        rendered = True
+    if profile_ref is None:
+        try:
+            profile_ref = load_profile(image).ref(arch)
+        except InputError:
+            if not rendered:
+                raise  # neither rendered here nor a known profile: name the unknown image
+    return ctx.release.ostree.ref_for(arch, image, profile_ref)
+
+
+def ostree_dirs(ctx: Context) -> tuple[Repo, Repo]:
+    """(published archive repo, private build repo)."""
+    return (Repo(ctx.path("ostree", "repo"), ctx.runner),
+            Repo(ctx.path("ostree", "build-repo"), ctx.runner))
+
+
+@contextmanager
+def compose_lock(ctx: Context) -> Iterator[Path]:
+    """Hold DIR/ostree/.lock for the compose; yield a fresh work dir, stale ones removed."""
+    top = ctx.path("ostree")
+    top.mkdir(parents=True, exist_ok=True)
+    with (top / ".lock").open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise BuildError(f"another compose is running in {top}",
+                             hint="wait for it to finish") from exc
+        work = top / "work"
+        if work.exists():
+            shutil.rmtree(work)  # left by a killed compose: nobody else holds the lock
+        work.mkdir()
+        old_umask = os.umask(0o022)  # modes of created files are part of the commit
+        try:
+            yield work
+        finally:
+            os.umask(old_umask)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One compose: what it reads and where it writes."""
+
+    ctx: Context
+    inputs: ComposeInputs
+    ref: str
+    options: ComposeOptions
+    archive: Repo
+    build_repo: Repo
+    work: Path
+
+
+def compose_image(ctx: Context, image: str, options: ComposeOptions | None = None) -> ComposeResult:
+    options = options or ComposeOptions()
+    if os.geteuid() != 0:
+        raise BuildError("compose must run as root: it installs RPMs with `rpm --root` and "
+                         "records file ownership in the commit (osbuild runs as root too)",
+                         hint="run it with sudo or in a root container")
+    started = time.monotonic()
+    release = ctx.release
+    inputs = load_compose_inputs(ctx.build_dir, image, release.evr)
+    ref = options.ref or release.ostree.ref_for(release.architectures[0], image, inputs.ref)
+    verify_packages(inputs.packages, inputs.lock_path)
+    archive, build_repo = ostree_dirs(ctx)
+    with ctx.progress.step(f"compose {image} {release.evr} -> {ref}"), \
+            compose_lock(ctx) as work:
+        job = _Job(ctx, inputs, ref, options, archive, build_repo, work)
+        archive.init("archive")
+        build_repo.init("bare")
+        parent = archive.rev_parse(ref)
+        _check_same_image(job, parent)
+        base = ensure_base(ctx, build_repo, work)
+        options.checkpoint("base")
+        tree = work / "tree"
+        with ctx.progress.step("tree: install packages, units, images, customizations"):
+            build_repo.checkout(base.checksum, tree, hardlinks=False, user_mode=False)
+            _prepare_tree(job, tree, base)
+        commit = _commit(job, tree, base, parent)
+        options.checkpoint("committed")
+        try:
+            changed = _publish(job, commit, parent)
+        finally:
+            if options.key is not None:
+                stop_agent(ctx.runner, options.key.homedir)
+        # The orphan compose commit has been copied (or was not needed): keep only the bases.
+        build_repo.prune_unreferenced()
+    if not changed:
+        commit, parent = parent or commit, archive.parent(parent or commit)
+    result = ComposeResult(image, ref, commit, parent, changed, release.evr,
+                           time.monotonic() - started, archive.path)
+    state = "new commit" if changed else "unchanged: the ref already holds this content"
+    ctx.progress.info(f"{ref} = {commit} ({state}) in {archive.path}", ref=ref, commit=commit,
+                      changed=changed)
+    return result
+
+
+def _check_same_image(job: _Job, head: str | None) -> None:
+    if head is None or job.options.ref is not None:
+        return
+    previous = job.archive.metadata(head, "microshift.image")
+    if previous is not None and previous != job.inputs.name:
+        raise BuildError(f"ref {job.ref} holds {previous} commits; composing {job.inputs.name} "
+                         "onto it would switch every device following it to another profile",
+                         hint="give each image its own ref (release.yaml ostree.ref with "
+                              "{image}), or pass --ref explicitly to do it on purpose")
+
+
+def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> None:
+    ctx, inputs, release = job.ctx, job.inputs, job.ctx.release
+    usr_etc_to_etc(tree)
+    installed = install_packages(ctx.runner, tree, inputs.packages, release.source_date_epoch)
+    ctx.progress.info(f"installed {len(installed)} of {len(inputs.packages)} locked packages "
+                      f"({len(inputs.packages) - len(installed)} already in the base)")
+    job.options.checkpoint("installed")
+    files = package_files(ctx.runner, [pkg.path for pkg in installed])
+    preset = apply_presets(tree, units_in(files) + preset_units(tree, files))
+    ctx.progress.info(f"presets enabled: {', '.join(preset) or 'none'}")
+    images = embed_images(ctx.runner, tree, inputs.containers, release.images(),
+                          arch=release.architectures[0], epoch=release.source_date_epoch,
+                          workdir=job.work, auth_file=job.options.auth_file)
+    ctx.progress.info(f"embedded {len(images)} container images in /usr/share/containers/storage")
+    applied = apply_customizations(tree, inputs.customizations, lenient_units=base.is_sample)
+    if applied.skipped_units:
+        ctx.progress.info("SAMPLE base has no unit file for "
+                          f"{', '.join(applied.skipped_units)}: not enabled")
+    ctx.progress.info(f"customizations: {len(applied.files)} files, services enabled "
+                      f"{', '.join(applied.enabled) or 'none'}, firewall zones "
+                      f"{', '.join(applied.zones) or 'none'}")
+    job.options.checkpoint("customized")
+    autovar = var_to_tmpfiles(tree)
+    if autovar:
+        ctx.progress.info(f"/var content turned into {len(autovar)} tmpfiles.d lines")
+    clean_rpmdb(tree)
+    etc_to_usr_etc(tree)
+
+
+def _commit(job: _Job, tree: Path, base: BaseCommit, parent: str | None) -> str:
+    release = job.ctx.release
+    sample = " (SAMPLE base)" if base.is_sample else ""
+    extra = ["--link-checkout-speedup"]
+    if (tree / "usr/etc/selinux/config").is_file():
+        # Label new files with the image's own policy, as rpm-ostree does for edge commits.
+        extra.append(f"--selinux-policy={tree}")
+    with job.ctx.progress.step("ostree commit"):
+        return job.build_repo.commit(
+            tree, subject=f"MicroShift {release.evr} {job.inputs.name}{sample}",
+            timestamp=release.source_date_epoch, parent=parent, bind_ref=job.ref, extra=extra,
+            metadata={"version": release.evr, "microshift.image": job.inputs.name,
+                      "microshift.blueprint-version": job.inputs.version,
+                      "microshift.base": base.checksum,
+                      "microshift.sample-base": "true" if base.is_sample else "false"})
+
+
+def _publish(job: _Job, commit: str, parent: str | None) -> bool:
+    """Copy the commit into the archive repo, sign it, move the ref, update the summary."""
+    archive, options = job.archive, job.options
+    with job.ctx.progress.step(f"publish to {archive.path}"):
+        unchanged = parent is not None and (
+            job.build_repo.content_checksum(commit) == archive.content_checksum(parent)
+            and archive.metadata(parent, "version") == job.ctx.release.evr)
+        if not unchanged:
+            archive.pull_local(job.build_repo.path, commit)
+            options.checkpoint("pulled")
+            if options.key is not None:
+                archive.gpg_sign(commit, options.key)
+            options.checkpoint("signed")
+            archive.set_ref(job.ref, commit)
+            options.checkpoint("ref-moved")
+        archive.summary_update(options.key)
+    return not unchanged

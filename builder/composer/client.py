@@ -1,0 +1,334 @@
+"""A small, typed client for osbuild-composer's Weldr API (what `composer-cli` speaks).
+
+Endpoints and response shapes follow osbuild/osbuild-composer internal/weldr/api.go
+(setupRouter, blueprintsNewHandler, blueprintsDepsolveHandler, composeHandler,
+composeStatusHandler, composeImageHandler, composeLogHandler) and internal/weldr/json.go:
+
+- errors are `{"status": false, "errors": [{"id": ..., "msg": ...}]}` with a 4xx/5xx code,
+  except /blueprints/depsolve, which answers 200 with per-blueprint `errors` in the body;
+- /compose/status/<uuid> answers `{"uuids": [...]}` and an unknown (well-formed) uuid is
+  simply absent from the list;
+- a failed depsolve during POST /compose is a 500 DepsolveError: a real answer, not a
+  transient failure, so only 502/503/504 and dropped connections are retried.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import requests
+from urllib3.exceptions import NewConnectionError
+
+from builder.composer.transport import UNIX_HOST, UNIX_SCHEME, unix_session
+from builder.core.errors import BuildError
+from builder.core.progress import Progress, human_bytes
+
+DEFAULT_SOCKET = Path("/run/weldr/api.socket")
+API_PREFIX = "/api/v1"
+TRANSIENT_STATUS = frozenset({502, 503, 504})
+SOCKET_HINT = ("is osbuild-composer.socket running? "
+               "`systemctl enable --now osbuild-composer.socket`")
+DOWNLOAD_CHUNK = 1024 * 1024
+# Report download progress every this many bytes, so a multi-GiB ISO shows it is moving.
+DOWNLOAD_REPORT_EVERY = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the service listens: a unix socket (the default) or an http(s):// URL."""
+
+    socket: Path | None = DEFAULT_SOCKET
+    url: str | None = None
+
+    def describe(self) -> str:
+        return f"socket {self.socket}" if self.url is None else f"URL {self.url}"
+
+    def base(self) -> str:
+        if self.url is not None:
+            return self.url.rstrip("/")
+        return f"{UNIX_SCHEME}://{UNIX_HOST}"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded exponential backoff for transient failures (502/503/504, dropped connections)."""
+
+    attempts: int = 5
+    base_delay: float = 0.5
+    max_delay: float = 8.0
+
+    def delay(self, failed_attempts: int) -> float:
+        return float(min(self.max_delay, self.base_delay * 2 ** (failed_attempts - 1)))
+
+
+@dataclass(frozen=True)
+class ServiceError:
+    id: str
+    msg: str
+
+
+class ComposerError(BuildError):
+    """The service answered with an error: `composer: ID: msg`."""
+
+    def __init__(self, errors: list[ServiceError], status_code: int, what: str) -> None:
+        self.errors = errors
+        self.status_code = status_code
+        detail = "; ".join(f"{e.id}: {e.msg}" for e in errors) or f"HTTP {status_code}"
+        super().__init__(f"composer: {detail}", hint=f"while trying to {what}")
+
+
+@dataclass(frozen=True)
+class ComposeStatus:
+    uuid: str
+    blueprint: str
+    version: str
+    compose_type: str
+    queue_status: str
+    image_size: int
+
+    @classmethod
+    def from_entry(cls, entry: dict[str, Any]) -> ComposeStatus:
+        return cls(uuid=str(entry.get("id", "")), blueprint=str(entry.get("blueprint", "")),
+                   version=str(entry.get("version", "")),
+                   compose_type=str(entry.get("compose_type", "")),
+                   queue_status=str(entry.get("queue_status", "")),
+                   image_size=int(entry.get("image_size", 0) or 0))
+
+
+class WeldrClient:
+    """Talks to osbuild-composer. Every network wait is bounded by `timeout` seconds."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.sleep = sleep
+        self.clock = clock
+        if endpoint.url is None:
+            self.session = unix_session(endpoint.socket or DEFAULT_SOCKET)
+        else:
+            self.session = requests.Session()
+
+    def close(self) -> None:
+        self.session.close()
+
+    # -- operations -------------------------------------------------------------------------
+
+    def push_blueprint(self, toml_text: str) -> None:
+        """POST /blueprints/new with the TOML body, as `composer-cli blueprints push` does."""
+        resp = self._request("POST", "/blueprints/new", what="push the blueprint",
+                             data=toml_text.encode(),
+                             headers={"Content-Type": "text/x-toml"})
+        self._json(resp, "push the blueprint")
+
+    def depsolve(self, name: str) -> list[dict[str, Any]]:
+        """The blueprint's full package set; raises ComposerError on a depsolve failure."""
+        what = f"depsolve blueprint {name}"
+        body = self._json(self._request("GET", f"/blueprints/depsolve/{name}", what=what), what)
+        # A 200 can still carry errors (UnknownBlueprint, BlueprintsError for DNF failures).
+        errors = _errors(body)
+        if errors:
+            raise ComposerError(errors, 200, what)
+        for entry in body.get("blueprints", []):
+            if entry.get("blueprint", {}).get("name") == name:
+                return list(entry.get("dependencies", []))
+        raise ComposerError([ServiceError("UnknownBlueprint", f"{name}: not in the answer")],
+                            200, what)
+
+    def start_compose(self, request: dict[str, Any]) -> str:
+        what = f"start a {request.get('compose_type')} compose"
+        body = self._json(self._request("POST", "/compose", what=what, json_body=request), what)
+        build_id = body.get("build_id")
+        if not isinstance(build_id, str) or not build_id:
+            raise BuildError(f"composer: {what}: the answer has no build_id: {body}")
+        return build_id
+
+    def status(self, uuid: str) -> ComposeStatus:
+        what = f"get the status of compose {uuid}"
+        body = self._json(self._request("GET", f"/compose/status/{uuid}", what=what), what)
+        for entry in body.get("uuids", []):
+            if entry.get("id") == uuid:
+                return ComposeStatus.from_entry(entry)
+        # Upstream omits unknown uuids instead of failing; turn that into the UnknownUUID error.
+        raise ComposerError([ServiceError("UnknownUUID", f"compose {uuid} does not exist")],
+                            200, what)
+
+    def log(self, uuid: str) -> str:
+        """The osbuild log of a finished or failed compose (GET /compose/log/<uuid>)."""
+        what = f"fetch the log of compose {uuid}"
+        resp = self._request("GET", f"/compose/log/{uuid}", what=what)
+        if resp.status_code >= 400 or _looks_like_error(resp):
+            self._json(resp, what)  # raises the service's error
+        return resp.text
+
+    def download_image(self, uuid: str, dest: Path, progress: Progress) -> int:
+        """Stream the artifact to a temp file beside `dest`, rename it when complete."""
+        what = f"download the image of compose {uuid}"
+        resp = self._request("GET", f"/compose/image/{uuid}", what=what, stream=True)
+        if resp.status_code >= 400:
+            self._json(resp, what)
+        expected = int(resp.headers.get("Content-Length", "0") or 0)
+        progress.info(f"downloading {uuid} -> {dest}"
+                      + (f" ({human_bytes(expected)})" if expected else ""), bytes=expected)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+        tmp = Path(tmp_name)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                written = self._copy_body(resp, out, progress, expected, what)
+            if expected and written != expected:
+                raise BuildError(f"composer: {what}: got {written} of {expected} bytes "
+                                 "(connection closed early)", hint="run the fetch again")
+            tmp.replace(dest)
+        finally:
+            resp.close()
+            tmp.unlink(missing_ok=True)
+        progress.wrote(str(dest), written)
+        return written
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _copy_body(self, resp: requests.Response, out: Any, progress: Progress,
+                   expected: int, what: str) -> int:
+        written, next_report = 0, DOWNLOAD_REPORT_EVERY
+        for chunk in self._chunks(resp, what):
+            out.write(chunk)
+            written += len(chunk)
+            if written >= next_report:
+                total = f" of {human_bytes(expected)}" if expected else ""
+                progress.info(f"  {human_bytes(written)}{total}", bytes=written)
+                next_report += DOWNLOAD_REPORT_EVERY
+        return written
+
+    def _chunks(self, resp: requests.Response, what: str) -> Iterator[bytes]:
+        try:
+            yield from resp.iter_content(DOWNLOAD_CHUNK)
+        except requests.Timeout as exc:
+            raise self._timeout_error(what) from exc
+        except requests.RequestException as exc:
+            raise BuildError(f"composer: {what}: the connection broke mid-download: {exc}",
+                             hint="run the fetch again") from exc
+
+    def _request(self, method: str, path: str, *, what: str, json_body: Any = None,
+                 data: bytes | None = None, headers: dict[str, str] | None = None,
+                 stream: bool = False) -> requests.Response:
+        url = f"{self.endpoint.base()}{API_PREFIX}{path}"
+        failures = 0
+        while True:
+            try:
+                resp = self.session.request(method, url, json=json_body, data=data,
+                                            headers=headers, stream=stream,
+                                            timeout=self.timeout)
+            except requests.Timeout as exc:
+                raise self._timeout_error(what) from exc
+            except requests.ConnectionError as exc:
+                if _refused(exc):
+                    raise self._unreachable_error(exc) from exc
+                failures += 1
+                if failures >= self.retry.attempts:
+                    raise BuildError(f"composer: {what}: connection to {self.endpoint.describe()}"
+                                     f" kept failing after {failures} attempts: {exc}",
+                                     hint=SOCKET_HINT) from exc
+            else:
+                if resp.status_code not in TRANSIENT_STATUS:
+                    return resp
+                failures += 1
+                if failures >= self.retry.attempts:
+                    return resp  # let _json report the service's own error text
+                resp.close()
+            self.sleep(self.retry.delay(failures))
+
+    def _json(self, resp: requests.Response, what: str) -> dict[str, Any]:
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if resp.status_code >= 400 or (isinstance(body, dict) and body.get("status") is False):
+            errors = _errors(body) if isinstance(body, dict) else []
+            if not errors:
+                text = resp.text.strip().splitlines()[:1]
+                errors = [ServiceError(f"HTTP{resp.status_code}", text[0] if text else resp.reason)]
+            raise ComposerError(errors, resp.status_code, what)
+        if not isinstance(body, dict):
+            raise BuildError(f"composer: {what}: expected a JSON object, got: "
+                             f"{resp.text[:200]!r}")
+        return body
+
+    def _unreachable_error(self, exc: Exception) -> BuildError:
+        where = self.endpoint.describe()
+        if self.endpoint.url is None:
+            return BuildError(f"composer: cannot reach osbuild-composer at {where}: "
+                              f"{_root_cause(exc)}", hint=SOCKET_HINT)
+        return BuildError(f"composer: cannot reach osbuild-composer at {where}: "
+                          f"{_root_cause(exc)}",
+                          hint="check the URL and that the service listens there")
+
+    def _timeout_error(self, what: str) -> BuildError:
+        return BuildError(f"composer: {what}: no answer from {self.endpoint.describe()} "
+                          f"within {self.timeout:g}s",
+                          hint="the service may be overloaded; raise --timeout")
+
+
+def _errors(body: dict[str, Any]) -> list[ServiceError]:
+    found = []
+    for item in body.get("errors") or []:
+        if isinstance(item, dict):
+            found.append(ServiceError(str(item.get("id", "Error")), str(item.get("msg", ""))))
+        else:  # lorax-era servers sent bare strings
+            found.append(ServiceError("Error", str(item)))
+    return found
+
+
+def _looks_like_error(resp: requests.Response) -> bool:
+    """/compose/log answers 200 with a JSON error for a compose that has not started."""
+    if not resp.headers.get("Content-Type", "").startswith("application/json"):
+        return False
+    try:
+        body = resp.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("status") is False
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """Every exception wrapped inside `exc` (requests -> urllib3 -> OSError)."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        cur = stack.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        yield cur
+        stack.extend(a for a in cur.args if isinstance(a, BaseException))
+        reason = getattr(cur, "reason", None)
+        if isinstance(reason, BaseException):
+            stack.append(reason)
+        stack.extend(e for e in (cur.__cause__, cur.__context__) if e is not None)
+
+
+def _refused(exc: BaseException) -> bool:
+    """True when nothing listens (missing socket, refused, unknown host): retrying won't help."""
+    return any(isinstance(e, NewConnectionError | ConnectionRefusedError | FileNotFoundError)
+               for e in _chain(exc))
+
+
+def _root_cause(exc: BaseException) -> str:
+    for e in _chain(exc):
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    return str(exc)

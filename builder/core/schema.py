@@ -1,0 +1,104 @@
+"""A small reader for YAML mappings that names the file and the field in every error."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from builder.core.errors import InputError
+
+T = TypeVar("T")
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list",
+               dict: "a mapping"}
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (YAML says keys are unique;
+    PyYAML would silently keep the last one, e.g. the second `version:`)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError(str(path), "", "file not found") from exc
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), "", f"not UTF-8 text (byte {exc.start})") from exc
+    except OSError as exc:
+        raise InputError(str(path), "", f"cannot read: {exc.strerror}") from exc
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "syntax"
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(str(path), where, f"not valid YAML: {problem}") from exc
+
+
+class Fields:
+    """Reads one mapping; `close()` rejects keys nobody asked for."""
+
+    def __init__(self, file: str, prefix: str, data: Any) -> None:
+        self.file = file
+        self.prefix = prefix
+        if not isinstance(data, dict):
+            raise InputError(file, prefix or "(top level)",
+                             f"expected a mapping, got {type(data).__name__}")
+        self.data: dict[str, Any] = data
+        self._seen: set[str] = set()
+
+    def path(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def error(self, key: str, problem: str, hint: str | None = None) -> InputError:
+        return InputError(self.file, self.path(key), problem, hint)
+
+    def has(self, key: str) -> bool:
+        return key in self.data
+
+    def get(self, key: str, kind: type[T], default: T | None = None, *,
+            required: bool = False) -> T:
+        self._seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise self.error(key, "is required")
+            return default  # type: ignore[return-value]
+        value = self.data[key]
+        # bool is an int in Python; keep them apart so `version: true` is rejected.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise self.error(key, f"expected {_TYPE_NAMES.get(kind, kind.__name__)}, "
+                                  f"got {value!r}")
+        return value
+
+    def check(self, key: str, value: T, ok: Callable[[T], object], allowed: str) -> T:
+        if not ok(value):
+            raise self.error(key, f"{value!r} is not allowed; allowed: {allowed}")
+        return value
+
+    def child(self, key: str, *, required: bool = False) -> Fields | None:
+        self._seen.add(key)
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise self.error(key, "is required")
+            return None
+        return Fields(self.file, self.path(key), self.data[key])
+
+    def close(self) -> None:
+        unknown = sorted(set(self.data) - self._seen)
+        if unknown:
+            allowed = ", ".join(sorted(self._seen)) or "none"
+            raise self.error(str(unknown[0]), f"unknown key; allowed keys here: {allowed}")

@@ -1,0 +1,142 @@
+"""GPG signing of what the pipeline publishes: ostree commits and summaries, RPMs, repo metadata.
+
+A key is named by its id (fingerprint preferred) in a GnuPG home directory. The sample flow
+makes a throwaway key in DIR/gpg, labelled SAMPLE in its user id, with no passphrase; a
+real release passes its own `--gpg-homedir` and `--gpg-key`.
+
+Signatures over RPMs and repomd.xml carry a creation time; it is pinned (gpg
+--faked-system-time) to the release's source_date_epoch, or to the key's creation time when
+the key is younger, so signing the same bytes twice gives the same signed bytes.
+ostree commit signatures live in detached metadata and never change the commit checksum.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.core.errors import BuildError, InputError
+from builder.core.progress import Progress
+from builder.core.runner import Runner
+
+SAMPLE_PUBLIC_KEY = "SAMPLE-signing-key.asc"  # in DIR/gpg/, what devices import
+SAMPLE_UID = ("MicroShift edge builder SAMPLE signing key (throwaway) "
+              "<sample-signing@example.invalid>")
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    key_id: str
+    homedir: Path
+
+    def ostree_flags(self) -> list[str]:
+        return [f"--gpg-sign={self.key_id}", f"--gpg-homedir={self.homedir}"]
+
+
+def gpg(runner: Runner, homedir: Path, *args: str, input: bytes | None = None,
+         epoch: int | None = None) -> str:
+    argv = ["gpg", "--homedir", str(homedir), "--batch", "--no-tty", "--pinentry-mode",
+            "loopback", "--passphrase", ""]
+    if epoch is not None:
+        # '!' freezes the clock; --ignore-time-conflict: the host clock may be past the epoch.
+        argv += ["--faked-system-time", f"{gpg_time(epoch)}!", "--ignore-time-conflict"]
+    return runner.output([*argv, *args], input=input)
+
+
+def gpg_time(epoch: int) -> str:
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(epoch))
+
+
+def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
+    """(fingerprint, creation time) of a secret key; a clear error when it is not there."""
+    try:
+        listing = gpg(runner, homedir, "--with-colons", "--list-secret-keys", key_id)
+    except BuildError as exc:
+        raise InputError("command line", "--gpg-key",
+                         f"no secret key {key_id!r} in GnuPG home {homedir}",
+                         hint="list keys with `gpg --homedir DIR --list-secret-keys`") from exc
+    created, fingerprint = 0, ""
+    for line in listing.splitlines():
+        fields = line.split(":")
+        if fields[0] == "sec" and not created:
+            created = int(fields[5] or 0)
+        elif fields[0] == "fpr" and not fingerprint:
+            fingerprint = fields[9]
+    if not fingerprint:
+        raise InputError("command line", "--gpg-key", f"no secret key {key_id!r} in {homedir}")
+    return fingerprint, created
+
+
+def resolve_key(runner: Runner, homedir: Path, key_id: str) -> SigningKey:
+    fingerprint, _ = key_info(runner, homedir, key_id)
+    return SigningKey(fingerprint, homedir)
+
+
+def release_signing_key(runner: Runner, progress: Progress, homedir: Path | None,
+                        key_id: str | None, *, sample_home: Path | None,
+                        epoch: int) -> SigningKey | None:
+    """The key commits, summaries, RPMs and repodata are signed with.
+
+    An explicit key wins; with none, a release on the SAMPLE base (`sample_home` is where its
+    throwaway key lives) signs with the SAMPLE key, so the demo exercises verification end to
+    end, and a production release is left unsigned, which is said out loud.
+    """
+    if (homedir is None) != (key_id is None):
+        raise InputError("command line", "--gpg-homedir/--gpg-key", "give both or neither")
+    if homedir is not None and key_id is not None:
+        return resolve_key(runner, homedir.resolve(), key_id)
+    if sample_home is not None:
+        return ensure_sample_key(runner, progress, sample_home, epoch)
+    progress.info("no signing key given (--gpg-homedir/--gpg-key): NOT signing")
+    return None
+
+
+def ensure_sample_key(runner: Runner, progress: Progress, homedir: Path,
+                      epoch: int) -> SigningKey:
+    """The throwaway SAMPLE key in `homedir` (DIR/gpg), created once, dated at `epoch`."""
+    if (homedir / "pubring.kbx").is_file():
+        try:
+            return resolve_key(runner, homedir, SAMPLE_UID)
+        except InputError:
+            pass
+    # Build the keyring next to its final place and rename it in: a crash leaves no
+    # half-made homedir that a later run would trust.
+    homedir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".gpg-", dir=homedir.parent))
+    try:
+        tmp.chmod(0o700)
+        gpg(runner, tmp, "--quick-gen-key", SAMPLE_UID, "rsa3072", "sign", "never",
+             epoch=epoch)
+        stop_agent(runner, tmp)
+        if homedir.exists():
+            shutil.rmtree(homedir)
+        os.replace(tmp, homedir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    key = resolve_key(runner, homedir, SAMPLE_UID)
+    export_public_key(runner, key, homedir / SAMPLE_PUBLIC_KEY)
+    progress.info(f"created the SAMPLE signing key {key.key_id} in {homedir} (throwaway, "
+                      "no passphrase; use --gpg-homedir/--gpg-key for a real release)")
+    return key
+
+
+def export_public_key(runner: Runner, key: SigningKey, dest: Path) -> Path:
+    armored = gpg(runner, key.homedir, "--armor", "--export", key.key_id)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.write_text(armored)
+    os.replace(tmp, dest)
+    return dest
+
+
+def stop_agent(runner: Runner, homedir: Path) -> None:
+    """gpg starts an agent per homedir; stop ours so no process outlives the build."""
+    runner.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], check=False)
+
+
+def signature_epoch(runner: Runner, key: SigningKey, source_date_epoch: int) -> int:
+    _, created = key_info(runner, key.homedir, key.key_id)
+    return max(source_date_epoch, created)

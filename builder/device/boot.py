@@ -1,0 +1,259 @@
+"""One boot of the simulated device: grub, greenboot, MicroShift, the shipped scripts.
+
+The order follows a real RHEL for Edge boot:
+1. grub picks the BLS entry by greenboot's counting rules (builder.device.grubenv);
+2. the kernel "mounts" the deployment: DIR/.device/root becomes the booted root, with etc
+   and usr from the deployment, var from the stateroot, a fresh run and boot_id;
+3. greenboot-rpm-ostree-grub2-check-fallback: after a fallback boot, roll back for good;
+4. microshift-data-restore.service (the deployment's own unit and script), then MicroShift
+   starts, modelled by the stand-in API (builder.device.health_server) and its data directory;
+5. greenboot-healthcheck runs the deployment's required.d and wanted.d scripts, then green.d
+   (and boot_success=1) or red.d and redboot-auto-reboot's decision.
+
+The scripts are the deployment's files, run with bash and MICROSHIFT_ROOT set to the booted
+root; stand-ins for systemctl and grub2-editenv come first on PATH.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.core.errors import BuildError
+from builder.device.grubenv import grub_select, mark_success
+from builder.device.health_server import ApiServer, Health
+from builder.device.sysroot import Deployment, Device
+
+CHECK_DIRS = ("usr/lib/greenboot/check", "etc/greenboot/check")
+GREEN_DIRS = ("usr/lib/greenboot/green.d", "etc/greenboot/green.d")
+RED_DIRS = ("usr/lib/greenboot/red.d", "etc/greenboot/red.d")
+RESTORE_UNIT = "microshift-data-restore.service"
+SCRIPT_TIMEOUT = 3600.0
+KUBECONFIG = "var/lib/microshift/resources/kubeadmin/kubeconfig"
+
+SYSTEMCTL = """#!/bin/sh
+# SIMULATION stand-in for systemctl (python -m builder device): answers is-enabled and
+# is-active from the unit states the simulation writes for the booted deployment.
+units="${MICROSHIFT_ROOT:?MICROSHIFT_ROOT is not set}/run/device-sim/units"
+case "$1" in
+    is-enabled|is-active)
+        state=$(cat "${units}/$2.$1" 2>/dev/null || echo unknown)
+        echo "${state}"
+        [ "${state}" = enabled ] || [ "${state}" = active ]
+        ;;
+    *)
+        echo "systemctl (simulation stand-in): '$1' is not simulated" >&2
+        exit 1
+        ;;
+esac
+"""
+GRUB2_EDITENV = """#!/bin/sh
+# SIMULATION stand-in for grub2-editenv (python -m builder device): lists the simulated
+# device's grubenv; the simulation itself plays grub and greenboot's counter services.
+file="${MICROSHIFT_ROOT:?MICROSHIFT_ROOT is not set}/boot/grub2/grubenv"
+[ "$1" = "-" ] || file="${MICROSHIFT_ROOT}$1"
+if [ "$2" != "list" ]; then
+    echo "grub2-editenv (simulation stand-in): '$2' is not simulated" >&2
+    exit 1
+fi
+[ ! -f "${file}" ] || grep -v '^#' "${file}"
+"""
+STANDINS = {"systemctl": SYSTEMCTL, "grub2-editenv": GRUB2_EDITENV}
+
+
+@dataclass(frozen=True)
+class BootReport:
+    deployment: Deployment
+    entry: int               # the boot menu entry grub chose (1 = rollback)
+    rolled_back: bool        # the fallback service made this deployment the default
+    healthy: bool
+    reboot: bool             # redboot-auto-reboot reboots the device
+    grubenv: dict[str, str]  # after the boot
+
+    def summary(self) -> str:
+        verdict = "healthy (GREEN)" if self.healthy else "unhealthy (RED)"
+        then = "greenboot reboots it" if self.reboot else "it stays up"
+        return f"{self.deployment.label()}: {verdict}; {then}; grubenv {self.grubenv}"
+
+
+def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootReport:
+    """Power on once. `health_for` maps deployment checksums to their MicroShift model."""
+    progress = device.progress
+    entries = device.deployments()
+    if not entries:
+        raise BuildError(f"device {device.sysroot} has no deployment to boot",
+                         hint="run `device install` first")
+    entry = grub_select(device.grubenv)
+    if entry >= len(entries):
+        entry = 0  # grub's default=1 with a single entry boots the only one
+    deployment = entries[entry]
+    progress.info(f"grub: entry {entry} ({'rollback' if entry else 'default'}) -> "
+                  f"{deployment.label()}; grubenv {device.grubenv.read()}")
+    root = mount_root(device, deployment)
+    rolled_back = False
+    if device.grubenv.counter() == -1:
+        progress.info("greenboot-rpm-ostree-grub2-check-fallback: fallback boot detected: "
+                      f"rolling back to {deployment.label()}, unsetting boot_counter")
+        device.rollback()
+        device.grubenv.unset("boot_counter")
+        rolled_back = True
+    env = script_env(device, root)
+    run_unit(device, root, RESTORE_UNIT, env)
+    health = health_for.get(deployment.checksum, Health())
+    start_microshift(device, root, deployment, health, api)
+    healthy = run_scripts(device, root, CHECK_DIRS, env, strict=True)
+    reboot = False
+    if healthy:
+        run_scripts(device, root, GREEN_DIRS, env, strict=False)
+        mark_success(device.grubenv)
+    else:
+        run_scripts(device, root, RED_DIRS, env, strict=False)
+        reboot = redboot_decision(device, len(device.deployments()))
+    report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read())
+    progress.info(report.summary())
+    return report
+
+
+def mount_root(device: Device, deployment: Deployment) -> Path:
+    """Compose the booted root: what ostree-prepare-root and systemd set up at boot."""
+    root = device.state_dir / "root"
+    if root.exists():
+        shutil.rmtree(root)  # symlinks inside are removed, never followed
+    root.mkdir(parents=True)
+    links = {"etc": deployment.path / "etc", "usr": deployment.path / "usr",
+             "var": device.stateroot_var, "sysroot": device.sysroot,
+             "boot": device.sysroot / "boot"}
+    for name, target in links.items():
+        (root / name).symlink_to(target)
+    (root / "run/device-sim/units").mkdir(parents=True)
+    (root / "run/ostree-booted").touch()
+    boot_id = root / "proc/sys/kernel/random/boot_id"
+    boot_id.parent.mkdir(parents=True)
+    boot_id.write_text(f"{uuid.uuid4()}\n")
+    # systemd-tmpfiles: /var is not in the commit; MicroShift's state directories.
+    for rel in ("var/lib/microshift", "var/lib/microshift-backups"):
+        (root / rel).mkdir(mode=0o700, parents=True, exist_ok=True)
+    return root
+
+
+def script_env(device: Device, root: Path) -> dict[str, str]:
+    bindir = device.state_dir / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    for name, text in STANDINS.items():
+        path = bindir / name
+        path.write_text(text)
+        path.chmod(0o755)
+    return {"MICROSHIFT_ROOT": str(root), "LC_ALL": "C",
+            "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
+
+
+def run_unit(device: Device, root: Path, unit: str, env: dict[str, str]) -> None:
+    """Run a oneshot unit of the deployment: its ExecStart, if its conditions hold."""
+    path = root / "usr/lib/systemd/system" / unit
+    if not path.is_file():
+        device.progress.info(f"{unit}: not installed in this deployment")
+        return
+    text = path.read_text()
+    for condition in re.findall(r"^ConditionPathExists=(\S+)", text, re.M):
+        if not (root / condition.lstrip("/")).exists():
+            device.progress.info(f"{unit}: skipped, {condition} does not exist")
+            return
+    for command in re.findall(r"^ExecStart=(.+)$", text, re.M):
+        argv = command.split()
+        argv[0] = str(root / argv[0].lstrip("/"))
+        proc = device.runner.run(argv, env=env, check=False, timeout=SCRIPT_TIMEOUT)
+        _log_output(device, unit, proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            device.progress.info(f"{unit}: FAILED (exit {proc.returncode})")
+
+
+def start_microshift(device: Device, root: Path, deployment: Deployment, health: Health,
+                     api: ApiServer) -> None:
+    """microshift.service starts: unit state, data migration, kubeconfig, API behaviour."""
+    units = root / "run/device-sim/units"
+    installed = (root / "usr/lib/systemd/system/microshift.service").is_file()
+    (units / "microshift.service.is-enabled").write_text("enabled\n" if installed else
+                                                         "disabled\n")
+    active = installed and health.service_active
+    (units / "microshift.service.is-active").write_text("active\n" if active else "failed\n")
+    if not active:
+        device.progress.info("microshift.service: failed to start")
+        return
+    data = root / "var/lib/microshift"
+    version_file = data / "version"
+    previous = version_file.read_text().strip() if version_file.is_file() else None
+    if previous != deployment.version:
+        # Like MicroShift's storage migration: the data now belongs to this version.
+        version_file.write_text(deployment.version + "\n")
+        device.progress.info(f"microshift: data {'created' if previous is None else 'migrated'}"
+                             f" for {deployment.version}"
+                             + (f" (was {previous})" if previous else ""))
+    kubeconfig = root / KUBECONFIG
+    kubeconfig.parent.mkdir(parents=True, exist_ok=True)
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n"
+        f"    server: {api.url}\n  name: microshift\ncontexts:\n- context:\n"
+        "    cluster: microshift\n    user: admin\n  name: microshift\n"
+        "current-context: microshift\nusers:\n- name: admin\n  user: {}\n")
+    api.state.microshift_started(health, frozenset(installed_workloads(root)))
+    device.progress.info(f"microshift: started; model: {health.describe()}")
+
+
+def installed_workloads(root: Path) -> set[tuple[str, str, str]]:
+    """What the installed components deploy: core's and every component's health list."""
+    lists = [root / "usr/share/microshift/greenboot/core-healthcheck.list",
+             *sorted((root / "usr/lib/microshift/components.d").glob("*/healthcheck.list"))]
+    found: set[tuple[str, str, str]] = set()
+    for path in lists:
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                fields = line.split()
+                if len(fields) == 3 and not fields[0].startswith("#"):
+                    found.add((fields[0], fields[1], fields[2]))
+    return found
+
+
+def run_scripts(device: Device, root: Path, dirs: tuple[str, ...], env: dict[str, str], *,
+                strict: bool) -> bool:
+    """greenboot's script runner: *.sh of each directory, sorted; for check dirs, the
+    required.d scripts are strict (any failure fails the boot) and wanted.d relaxed."""
+    ok = True
+    for directory in dirs:
+        subdirs = (("required.d", strict), ("wanted.d", False)) if strict else (("", False),)
+        for sub, must_pass in subdirs:
+            for script in sorted((root / directory / sub).glob("*.sh")):
+                proc = device.runner.run(["bash", str(script)], env=env, check=False,
+                                         timeout=SCRIPT_TIMEOUT)
+                _log_output(device, script.name, proc.stdout + proc.stderr)
+                verdict = "SUCCESS" if proc.returncode == 0 else \
+                    f"FAILURE (exit code {proc.returncode})"
+                device.progress.info(f"greenboot: script '{script.name}' {verdict}")
+                if proc.returncode != 0 and must_pass:
+                    ok = False
+    return ok
+
+
+def redboot_decision(device: Device, entry_count: int) -> bool:
+    """redboot-auto-reboot: reboot only while greenboot's counter says there are attempts."""
+    counter = device.grubenv.counter()
+    if counter is None:
+        reason = "boot_counter is unset: manual intervention necessary"
+    elif counter == -1:
+        reason = "fallback boot is still unhealthy: manual intervention necessary"
+    elif entry_count <= 1:
+        reason = "only one boot entry: manual intervention necessary"
+    else:
+        device.progress.info("redboot-auto-reboot: SYSTEM is UNHEALTHY. Rebooting...")
+        return True
+    device.progress.info(f"redboot-auto-reboot: {reason}")
+    return False
+
+
+def _log_output(device: Device, name: str, output: bytes) -> None:
+    for line in output.decode(errors="replace").splitlines():
+        if line.strip():
+            device.progress.info(f"  [{name}] {line}")

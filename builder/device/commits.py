@@ -1,0 +1,158 @@
+"""The two commits the device simulation upgrades between: v1 and its child v2.
+
+Preferably the compose's own commits (DIR/ostree/repo: the ref's head and its parent). When
+there are none, two small SAMPLE commits built here with the real `ostree` tool: an
+os-release, a kernel file, the microshift-greenboot, microshift-core and OVN-Kubernetes
+package files rendered from specs/sources (so the simulated boot runs the shipped scripts),
+a stand-in microshift binary, and an incompressible payload file that v2 changes, so the
+v1 -> v2 static delta has a realistic size to send over the throttled link.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.context import Context
+from builder.core.errors import BuildError
+from builder.core.ostree import Repo
+from builder.core.templates import render_source_tree
+from builder.release.template_context import component_context
+
+SAMPLE_REF = "sample/device-sim/x86_64/edge"
+SAMPLE_KERNEL = "5.14.0-284.sample.el9.x86_64"
+CHECK_SCRIPT = "usr/lib/greenboot/check/required.d/40-microshift-running-check.sh"
+# Package source trees rendered into a sample commit, as if their RPMs were installed.
+SAMPLE_PACKAGES = (("core", "microshift-core"), ("networking-ovnk", "microshift-networking-ovnk"),
+                   ("core", "microshift-greenboot"))
+MICROSHIFT_STANDIN = """#!/bin/sh
+# SAMPLE stand-in for the microshift binary (device simulation): the simulation models
+# MicroShift's behaviour itself; this file only makes the tree look installed.
+echo "microshift (SAMPLE stand-in) $*" >&2
+"""
+GREENBOOT_CONF = """# SAMPLE stand-in for the greenboot package's /etc/greenboot/greenboot.conf.
+GREENBOOT_MAX_BOOT_ATTEMPTS=3
+"""
+
+
+@dataclass(frozen=True)
+class UpdatePair:
+    """Where the simulation's commits live and which two it upgrades between."""
+
+    repo: Path
+    ref: str
+    v1: str
+    v2: str
+    source: str  # "compose" or "sample"
+
+
+def sample_version(ctx: Context, number: int) -> str:
+    return f"{ctx.release.version}-sample.{number}"
+
+
+def find_update_pair(ctx: Context, ref: str | None) -> UpdatePair | None:
+    """The compose's head of a ref and its parent in DIR/ostree/repo.
+
+    With `ref` given, that ref must exist and have a parent. Without it, the repo's only ref
+    is used when it has a parent; anything else returns None (use the SAMPLE commits).
+    """
+    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    if not repo.exists():
+        if ref is not None:
+            raise BuildError(f"no composed repository {repo.path} to take {ref} from",
+                             hint="compose the image first, or drop --ref")
+        return None
+    refs = [ref] if ref is not None else repo.refs()
+    if len(refs) != 1:
+        return None
+    head = repo.rev_parse(refs[0])
+    parent = repo.parent(head) if head else None
+    if head is None or parent is None or not repo.has_commit(parent):
+        if ref is None:
+            return None
+        raise BuildError(f"{repo.path}: {ref} has no head with a parent commit to upgrade from",
+                         hint="compose the image twice (v1, then v2), or drop --ref to use "
+                              "the simulation's own SAMPLE commits")
+    return UpdatePair(repo.path, refs[0], parent, head, "compose")
+
+
+def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> UpdatePair:
+    """Two SAMPLE commits on SAMPLE_REF in an archive repo, plus the v1 -> v2 static delta."""
+    repo = Repo(repo_path, ctx.runner)
+    repo.init("archive")
+    epoch = ctx.release.source_date_epoch
+    commits: list[str] = []
+    with tempfile.TemporaryDirectory(prefix=".sample-tree-", dir=repo_path.parent) as scratch:
+        parent: str | None = None
+        for number in (1, 2):
+            tree = Path(scratch) / f"v{number}"
+            write_sample_tree(ctx, tree, number, payload_bytes)
+            version = sample_version(ctx, number)
+            parent = repo.commit(tree, subject=f"MicroShift device simulation {version} (SAMPLE)",
+                                 timestamp=epoch + number, parent=parent, bind_ref=SAMPLE_REF,
+                                 metadata={"version": version})
+            commits.append(parent)
+    repo.set_ref(SAMPLE_REF, commits[1])
+    if f"{commits[0]}-{commits[1]}" not in repo.delta_list():
+        repo.delta_generate(commits[1], commits[0])
+    repo.summary_update()
+    return UpdatePair(repo_path, SAMPLE_REF, commits[0], commits[1], "sample")
+
+
+def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int) -> None:
+    """A deployable tree: /usr/etc for /etc, a kernel, os-release, the packages' files."""
+    version = sample_version(ctx, number)
+    rendered = tree.parent / f".render-v{number}"
+    in_release = {comp.key for comp in ctx.release.components}
+    for key, package in SAMPLE_PACKAGES:
+        if key in in_release:
+            render_source_tree(package, component_context(ctx.release, key), rendered)
+    shutil.copytree(rendered / "usr", tree / "usr", dirs_exist_ok=True, symlinks=True)
+    if (rendered / "etc").is_dir():
+        shutil.copytree(rendered / "etc", tree / "usr/etc", dirs_exist_ok=True, symlinks=True)
+    shutil.rmtree(rendered)
+    _write(tree / "usr/lib/os-release",
+           f'NAME="Sample Edge OS"\nID="sample-edge"\nVERSION="{version} (SAMPLE)"\n'
+           f'PRETTY_NAME="Sample Edge OS {version} (SAMPLE device simulation)"\n')
+    (tree / "usr/etc").mkdir(parents=True, exist_ok=True)
+    os.symlink("../usr/lib/os-release", tree / "usr/etc/os-release")
+    _write(tree / f"usr/lib/modules/{SAMPLE_KERNEL}/vmlinuz",
+           "SAMPLE stand-in for the Linux kernel image\n")
+    _write(tree / "usr/bin/microshift", MICROSHIFT_STANDIN, mode=0o755)
+    _write(tree / "usr/etc/greenboot/greenboot.conf", GREENBOOT_CONF)
+    # The part of the image an update changes: incompressible, so the delta is its full size.
+    payload = tree / "usr/lib/microshift-sample/update-payload.bin"
+    payload.parent.mkdir(parents=True, exist_ok=True)
+    payload.write_bytes(pseudo_random_bytes(f"{version}".encode(), payload_bytes))
+    for path in (tree, *tree.rglob("*")):
+        if not path.is_symlink():
+            os.utime(path, (0, 0))
+
+
+def pseudo_random_bytes(seed: bytes, size: int) -> bytes:
+    """Deterministic bytes that do not compress (sha256 in counter mode)."""
+    out = bytearray()
+    counter = 0
+    while len(out) < size:
+        out += hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
+        counter += 1
+    return bytes(out[:size])
+
+
+def check_tree_is_simulatable(deployment: Path) -> None:
+    """A deployment the simulation can boot must carry the shipped greenboot check."""
+    if not (deployment / CHECK_SCRIPT).is_file():
+        raise BuildError(
+            f"deployment {deployment.name} has no /{CHECK_SCRIPT}",
+            hint="compose the image with the microshift-greenboot package, or let the "
+                 "simulation build its SAMPLE commits (no DIR/ostree/repo)")
+
+
+def _write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)

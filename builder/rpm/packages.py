@@ -1,0 +1,223 @@
+"""Render spec templates, build the release's RPMs (one cached step each), publish the repo."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.context import Context
+from builder.core.errors import BuildError
+from builder.core.paths import SPECS_DIR
+from builder.core.signing import SigningKey
+from builder.core.steps import (
+    Step,
+    file_digest,
+    link_files,
+    materialize,
+    publish,
+    replace_dir,
+    tree_digest,
+)
+from builder.core.templates import render_file, render_source_tree
+from builder.release.catalog import BY_KEY, Component
+from builder.rpm.payloads import resolve_payload
+from builder.release.template_context import component_context
+from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
+from builder.rpm.signing import sign_repo, sign_rpms
+
+RPMLINTRC = SPECS_DIR / "rpmlintrc"
+RPMLINTRC_SAMPLE = SPECS_DIR / "rpmlintrc.sample"
+
+
+@dataclass(frozen=True)
+class PackageBuild:
+    component: Component
+    arch: str
+    spec_text: str
+    tree: Path            # rendered source tree (becomes Source0)
+    payload: Path | None  # Source1, e.g. the microshift binary
+
+    def step(self, epoch: int) -> Step:
+        return Step(f"rpm:{self.component.package}.{self.arch}", {
+            "spec": self.spec_text,
+            "tree": tree_digest(self.tree),
+            "payload": file_digest(self.payload) if self.payload else None,
+            "arch": self.arch,
+            "macros": rpm_macros(epoch),
+        })
+
+
+def build_release_rpms(ctx: Context, *, lint: bool = True,
+                       key: SigningKey | None = None) -> list[Path]:
+    """Build, lint, (sign,) and publish the RPMs and their repository.
+
+    With a key, the published RPMs carry its signature and the repository a detached
+    repomd.xml.asc; the unsigned builds stay in the step cache.
+    """
+    release = ctx.release
+    rpms: list[Path] = []
+    with tempfile.TemporaryDirectory(prefix=".render-", dir=_ensure(ctx.build_dir)) as scratch, \
+            ctx.progress.step(f"rpms: {release.evr} for {', '.join(release.architectures)}"):
+        # Render everything first: a template or payload error stops before any rpmbuild.
+        packages = [_prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
+                    for comp in release.components for arch in release.architectures]
+        for pkg in packages:
+            rpms.extend(_build(ctx, pkg))
+        specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
+        replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
+    if lint:
+        run_rpmlint(ctx, rpms)
+    if key is not None:
+        rpms = _signed(ctx, rpms, key)
+    epoch = release.source_date_epoch
+    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch,
+              "signed_by": key.key_id if key else None}
+
+    def make_repo(out: Path) -> None:
+        createrepo(ctx.runner, rpms, out, epoch)
+        if key is not None:
+            sign_repo(ctx, out, key)
+
+    with ctx.progress.step("repo: createrepo_c"):
+        repo_step = Step("repo", inputs)
+        repo_out, _ = materialize(repo_step, ctx.build_dir, make_repo, ctx.progress)
+        rpms_step = Step("rpms", inputs)
+        rpms_out, _ = materialize(rpms_step, ctx.build_dir, lambda out: link_files(rpms, out),
+                                  ctx.progress)
+        publish(ctx.build_dir, "repo", repo_step, repo_out)
+        publish(ctx.build_dir, "rpms", rpms_step, rpms_out)
+        ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
+                          f"repository {ctx.path('repo')}")
+    return sorted(ctx.path("rpms").glob("*.rpm"))
+
+
+def _signed(ctx: Context, rpms: list[Path], key: SigningKey) -> list[Path]:
+    step = Step("signed-rpms", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
+                                "key": key.key_id, "epoch": ctx.release.source_date_epoch})
+
+    def produce(out: Path) -> None:
+        copies = [out / rpm.name for rpm in rpms]
+        for rpm, copy in zip(rpms, copies, strict=True):
+            shutil.copyfile(rpm, copy)
+        sign_rpms(ctx, copies, key)
+
+    out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
+    return sorted(out.glob("*.rpm"))
+
+
+def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
+    release = ctx.release
+    component = BY_KEY[key]
+    context = component_context(release, key)
+    context["template_name"] = component.spec_template
+    context["changelog_date"] = time.strftime(
+        "%a %b %d %Y", time.gmtime(release.source_date_epoch))
+    if not (SPECS_DIR / component.spec_template).is_file():
+        raise BuildError(f"no spec template specs/{component.spec_template} for component {key}")
+    spec_text = render_file(SPECS_DIR, component.spec_template, context)
+    tree = workdir / "tree"
+    tree.mkdir(parents=True)
+    render_source_tree(component.package, context, tree)
+    payload_spec = release.component(key).payload
+    payload = resolve_payload(ctx, key, payload_spec, workdir) if payload_spec else None
+    return PackageBuild(component, arch, spec_text, tree, payload)
+
+
+def _build(ctx: Context, pkg: PackageBuild) -> list[Path]:
+    release = ctx.release
+    epoch = release.source_date_epoch
+    name = f"{pkg.component.package}-{release.version}"
+
+    def produce(out: Path) -> None:
+        topdir = out / "topdir"
+        sources = topdir / "SOURCES"
+        sources.mkdir(parents=True)
+        (sources / f"{name}.tar").write_bytes(deterministic_tar(pkg.tree, name, epoch))
+        if pkg.payload:
+            shutil.copyfile(pkg.payload, sources / "microshift")
+        spec = topdir / "SPECS" / f"{pkg.component.package}.spec"
+        spec.parent.mkdir(parents=True)
+        spec.write_text(pkg.spec_text)
+        for rpm in build_spec(ctx.runner, spec, topdir, pkg.arch, epoch):
+            os.replace(rpm, out / rpm.name)
+        shutil.rmtree(topdir)
+
+    out, built = materialize(pkg.step(epoch), ctx.build_dir, produce, ctx.progress)
+    built_rpms = sorted(out.glob("*.rpm"))
+    if built:
+        for rpm in built_rpms:
+            ctx.progress.wrote(rpm.name, rpm.stat().st_size)
+    return built_rpms
+
+
+def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
+    """A tar of `tree` under `prefix/` whose bytes depend only on names, modes and contents."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        entries = [tree, *sorted(tree.rglob("*"))]
+        for path in entries:
+            rel = path.relative_to(tree).as_posix()
+            info = tarfile.TarInfo(prefix if rel == "." else f"{prefix}/{rel}")
+            info.mtime = epoch
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            if path.is_dir():
+                info.type = tarfile.DIRTYPE
+                info.mode = 0o755
+                tar.addfile(info)
+            else:
+                info.mode = path.stat().st_mode & 0o777
+                info.size = path.stat().st_size
+                with path.open("rb") as handle:
+                    tar.addfile(info, handle)
+    return buffer.getvalue()
+
+
+def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
+    """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
+    rcfile_text = RPMLINTRC.read_text()
+    core = ctx.release.component("core").payload
+    if core is not None and core.is_sample:
+        rcfile_text += RPMLINTRC_SAMPLE.read_text()
+    step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
+                            "rpmlintrc": rcfile_text})
+
+    def lint(out: Path) -> None:
+        rcfile = out / "rpmlintrc"
+        rcfile.write_text(rcfile_text)
+        proc = ctx.runner.run([_rpmlint_command(), "--rpmlintrc", str(rcfile),
+                               *map(str, rpms)], check=False)
+        output = proc.stdout.decode(errors="replace")
+        (out / "rpmlint.txt").write_text(output)
+        summary = output.strip().splitlines()[-1] if output.strip() else "(no output)"
+        ctx.progress.info(summary)
+        errors = [line for line in output.splitlines() if ": E: " in line]
+        if proc.returncode != 0 or errors:
+            listing = "\n".join(errors[:20]) or output[-2000:]
+            raise BuildError(f"rpmlint found errors in the built RPMs:\n{listing}",
+                             hint="fix the spec, or filter a justified check in specs/rpmlintrc")
+
+    with ctx.progress.step(f"rpmlint: {len(rpms)} RPMs"):
+        materialize(step, ctx.build_dir, lint, ctx.progress)
+
+
+def _rpmlint_command() -> str:
+    beside_python = Path(sys.executable).parent / "rpmlint"
+    return str(beside_python) if beside_python.exists() else "rpmlint"
+
+
+def _write_specs(dest: Path, specs: dict[str, str]) -> None:
+    for name, text in sorted(specs.items()):
+        (dest / name).write_text(text)
+
+
+def _ensure(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,55 @@
+"""Fetch and verify component payloads (local path, URL + sha256, or generated sample)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from builder.context import Context
+from builder.core.errors import BuildError, InputError
+from builder.core.steps import file_digest
+from builder.release.model import Payload
+from builder.release.samples import write_microshift_standin
+
+
+def resolve_payload(ctx: Context, key: str, payload: Payload, scratch: Path) -> Path:
+    """Return a local file holding the verified payload of component `key`.
+
+    A generated sample goes to `scratch` (it is only an input of the RPM step, rebuilt in
+    milliseconds), so a failed build leaves nothing of it in the build directory."""
+    if payload.kind == "sample":
+        return write_microshift_standin(scratch / "payloads" / key / "microshift",
+                                        ctx.release.version)
+    if payload.kind == "path":
+        return Path(payload.location)
+    assert payload.sha256 is not None
+    cached = ctx.path(".cache", "payloads", payload.sha256)
+    if cached.is_file() and file_digest(cached) == payload.sha256:
+        return cached
+    _download(ctx, payload.location, payload.sha256, cached, key)
+    return cached
+
+
+def _download(ctx: Context, url: str, sha256: str, dest: Path, key: str) -> None:
+    import requests  # only URL payloads need it; keeps no-op builds fast
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with ctx.progress.step(f"download {url}"), os.fdopen(fd, "wb") as handle:
+            with requests.get(url, stream=True, timeout=60) as response:
+                response.raise_for_status()
+                for chunk in response.iter_content(1 << 20):
+                    handle.write(chunk)
+            ctx.progress.info(f"{handle.tell()} bytes")
+        actual = file_digest(tmp)
+        if actual != sha256:
+            raise InputError(str(ctx.release_path), f"components.{key}.payload.sha256",
+                             f"mismatch: {url} has sha256 {actual}, release.yaml says {sha256}")
+        os.replace(tmp, dest)
+    except requests.RequestException as exc:
+        raise BuildError(f"cannot download payload of {key} from {url}: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)

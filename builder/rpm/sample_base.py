@@ -1,0 +1,181 @@
+"""SAMPLE base OS repository: deterministic stand-ins for the runtime MicroShift needs.
+
+cri-o, openvswitch, NetworkManager, greenboot, systemd, a kernel and friends are not
+available offline, so this builds small stand-in RPMs with rpmfluff (spec generation) and
+rpmbuild (through the Runner, with the reproducibility macros). Every package says SAMPLE in
+its summary and description. Production points release.yaml `base.repos` at real RHEL repos.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.context import Context
+from builder.core.steps import Step, file_digest, link_files, materialize, publish
+from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
+
+SAMPLE_VERSION = "9.2.sample"
+KERNEL_VERSION = "5.14.0-284.sample.el9"
+
+OS_RELEASE = """NAME="Sample Edge OS"
+VERSION="9.2 (SAMPLE)"
+ID="sample-edge"
+ID_LIKE="rhel fedora"
+VERSION_ID="9.2"
+PRETTY_NAME="Sample Edge OS 9.2 (SAMPLE stand-in for RHEL for Edge)"
+# Built by microshift-edge-builder for offline demos and tests.
+"""
+
+
+@dataclass(frozen=True)
+class StandIn:
+    name: str
+    provides: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    files: dict[str, str] = field(default_factory=dict)  # install path -> content
+    dirs: tuple[str, ...] = ()
+
+
+def _text(what: str) -> str:
+    return f"SAMPLE stand-in for {what}; built by microshift-edge-builder, not the real package.\n"
+
+
+# Symbol versions of RHEL 9's glibc 2.34 and libgcc, so that a real (dynamically linked)
+# microshift binary's automatic Requires resolve against the SAMPLE base too.
+GLIBC_VERSIONS = ("2.2.5", "2.2.6", "2.3", "2.3.2", "2.3.3", "2.3.4", "2.4", "2.5", "2.6",
+                  "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15", "2.16",
+                  "2.17", "2.18", "2.22", "2.23", "2.24", "2.25", "2.26", "2.27", "2.28",
+                  "2.29", "2.30", "2.32", "2.33", "2.34")
+GLIBC_LIBS = ("libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0", "librt.so.1",
+              "libresolv.so.2", "libutil.so.1")
+GCC_VERSIONS = ("3.0", "3.3", "3.3.1", "3.4", "3.4.2", "4.0.0", "4.2.0", "4.3.0", "7.0.0")
+
+
+def _soname_provides(libs: tuple[str, ...], prefix: str,
+                     versions: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(cap for lib in libs for cap in
+                 (f"{lib}()(64bit)", *(f"{lib}({prefix}_{v})(64bit)" for v in versions)))
+
+
+def stand_ins(arch: str) -> tuple[StandIn, ...]:
+    kver = f"{KERNEL_VERSION}.{arch}"
+    return (
+        StandIn("glibc", provides=("rtld(GNU_HASH)",
+                                   *_soname_provides(GLIBC_LIBS, "GLIBC", GLIBC_VERSIONS)),
+                files={"/usr/share/doc/glibc-sample/README": _text("glibc")}),
+        StandIn("libgcc", provides=_soname_provides(("libgcc_s.so.1",), "GCC", GCC_VERSIONS),
+                files={"/usr/share/doc/libgcc-sample/README": _text("libgcc")}),
+        StandIn("filesystem", dirs=("/etc", "/usr/bin", "/usr/lib", "/usr/share", "/var")),
+        StandIn("bash", provides=("/bin/sh", "/bin/bash", "/usr/bin/sh"),
+                files={"/usr/bin/bash": _text("bash")}),
+        StandIn("coreutils", files={"/usr/share/doc/coreutils-sample/README": _text("coreutils")}),
+        StandIn("sample-release", provides=("system-release", "redhat-release"),
+                files={"/usr/lib/os-release": OS_RELEASE}),
+        StandIn("systemd", provides=("systemd-units", "/usr/bin/systemctl"),
+                files={"/usr/lib/systemd/README.sample": _text("systemd")},
+                dirs=("/usr/lib/systemd/system", "/etc/systemd/system",
+                      "/usr/lib/systemd/system-preset")),
+        StandIn("kernel", provides=("kernel-core", f"kernel-uname-r = {kver}"),
+                files={f"/usr/lib/modules/{kver}/vmlinuz": _text("the Linux kernel image"),
+                       f"/usr/lib/modules/{kver}/initramfs.img": _text("the initramfs")}),
+        StandIn("python3", provides=("/usr/bin/python3",),
+                files={"/usr/share/doc/python3-sample/README": _text("python3")}),
+        StandIn("cri-o", files={"/usr/share/doc/cri-o-sample/README": _text("cri-o")},
+                dirs=("/etc/containers",)),
+        StandIn("cri-tools", files={"/usr/share/doc/cri-tools-sample/README": _text("crictl")}),
+        StandIn("conntrack-tools", files={"/usr/share/doc/conntrack-sample/README": _text("c")}),
+        StandIn("iptables-nft", provides=("iptables",),
+                files={"/usr/share/doc/iptables-sample/README": _text("iptables")}),
+        StandIn("hostname", files={"/usr/share/doc/hostname-sample/README": _text("hostname")}),
+        StandIn("iproute", files={"/usr/share/doc/iproute-sample/README": _text("iproute")}),
+        StandIn("openvswitch3.1", provides=("openvswitch",),
+                files={"/usr/share/doc/openvswitch-sample/README": _text("Open vSwitch")}),
+        StandIn("NetworkManager", files={"/usr/share/doc/nm-sample/README": _text("NM")},
+                dirs=("/etc/NetworkManager/conf.d",)),
+        StandIn("NetworkManager-ovs", requires=("NetworkManager",),
+                files={"/usr/share/doc/nm-ovs-sample/README": _text("NetworkManager-ovs")}),
+        StandIn("firewalld", files={"/usr/share/doc/firewalld-sample/README": _text("firewalld")}),
+        StandIn("greenboot", files={"/usr/share/doc/greenboot-sample/README": _text("greenboot")},
+                dirs=("/etc/greenboot/check/required.d", "/etc/greenboot/check/wanted.d",
+                      "/etc/greenboot/green.d", "/etc/greenboot/red.d")),
+        StandIn("lvm2", files={"/usr/share/doc/lvm2-sample/README": _text("lvm2")}),
+        StandIn("containernetworking-plugins",
+                files={"/usr/share/doc/cni-sample/README": _text("CNI plugins")}),
+        StandIn("jq", files={"/usr/share/doc/jq-sample/README": _text("jq")}),
+        StandIn("curl", files={"/usr/share/doc/curl-sample/README": _text("curl")}),
+    )
+
+
+def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
+    """Generate the stand-in's spec and sources with rpmfluff into topdir; return the spec."""
+    import rpmfluff  # imported late: only sample-base needs it
+
+    pkg = rpmfluff.SimpleRpmBuild(stand_in.name, SAMPLE_VERSION, "1", buildArchs=[arch])
+    pkg.add_summary(f"SAMPLE stand-in for {stand_in.name} (offline demos and tests)")
+    pkg.add_description(_text(stand_in.name).strip())
+    pkg.addLicense("MIT")
+    pkg.addUrl("https://example.invalid/microshift-edge-builder/sample-base")
+    pkg.section_changelog = ("* Tue Nov 14 2023 microshift-edge-builder <builder@example.invalid>"
+                             f" - {SAMPLE_VERSION}-1\n- SAMPLE stand-in package\n")
+    for cap in stand_in.provides:
+        pkg.add_provides(cap)
+    for req in stand_in.requires:
+        pkg.add_requires(req)
+    for directory in stand_in.dirs:
+        pkg.add_installed_directory(directory.lstrip("/"))
+    for index, (path, content) in enumerate(sorted(stand_in.files.items())):
+        pkg.add_installed_file(path.lstrip("/"), rpmfluff.SourceFile(f"file{index}", content),
+                               mode="0644")
+    (topdir / "SOURCES").mkdir(parents=True, exist_ok=True)
+    pkg.gather_sources(str(topdir / "SOURCES"))
+    return Path(pkg.gather_spec_file(str(topdir)))
+
+
+def build_sample_base(ctx: Context) -> Path:
+    """Build every stand-in (cached by content) and publish DIR/sample-base/{rpms,repo}."""
+    release = ctx.release
+    arch = release.architectures[0]
+    epoch = release.source_date_epoch
+    base = ctx.path("sample-base")
+    outputs: list[Path] = []
+    with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
+        for stand_in in stand_ins(arch):
+            step = Step(f"sample-rpm:{stand_in.name}", {
+                "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
+                             "requires": stand_in.requires, "files": stand_in.files,
+                             "dirs": stand_in.dirs},
+                "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})
+
+            def produce(out: Path, stand_in: StandIn = stand_in) -> None:
+                topdir = out / "topdir"
+                spec = write_spec(stand_in, arch, topdir)
+                for rpm in build_spec(ctx.runner, spec, topdir, arch, epoch):
+                    rpm.rename(out / rpm.name)
+                _remove_tree(topdir)
+
+            out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
+            outputs.extend(sorted(out.glob("*.rpm")))
+    with ctx.progress.step("sample-base: repository"):
+        _publish(ctx, outputs, base, epoch)
+    return base
+
+
+def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
+    inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch}
+    rpms_step = Step("sample-base-rpms", inputs)
+    repo_step = Step("sample-base-repo", inputs)
+    rpms_out, _ = materialize(rpms_step, ctx.build_dir,
+                              lambda out: link_files(rpms, out), ctx.progress)
+    repo_out, _ = materialize(repo_step, ctx.build_dir,
+                              lambda out: createrepo(ctx.runner, rpms, out, epoch), ctx.progress)
+    publish(ctx.build_dir, "sample-base/rpms", rpms_step, rpms_out)
+    publish(ctx.build_dir, "sample-base/repo", repo_step, repo_out)
+    ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
+                      f"repository {base / 'repo'}")
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,82 @@
+"""Composing onto a production-style base: an existing edge commit from a repo path or URL."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from builder.compose.base import build_sample_tree
+from builder.context import Context
+from builder.core.progress import Progress
+from tests.support.ostree import RELEASE, cli, copy_build, head, ostree, serve
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root (rpm --root, ownership)"),
+]
+VENDOR_REF = "rhel/9/x86_64/edge"
+
+
+@pytest.fixture(scope="module")
+def vendor_repo(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """An archive repo holding a base edge commit, standing in for a RHEL for Edge one."""
+    work = tmp_path_factory.mktemp("vendor")
+    ctx = Context(build_dir=built_release, release_path=RELEASE, progress=Progress())
+    tree = work / "tree"
+    tree.mkdir()
+    build_sample_tree(ctx, sorted((built_release / "sample-base" / "rpms").glob("*.rpm")), tree)
+    repo = work / "repo"
+    ostree(f"--repo={repo}", "init", "--mode=archive")
+    ostree(f"--repo={repo}", "commit", f"--branch={VENDOR_REF}", f"--tree=dir={tree}",
+           "--subject=vendor edge base")
+    ostree(f"--repo={repo}", "summary", "-u")
+    commit = head(repo, VENDOR_REF)
+    assert commit
+    return repo, commit
+
+
+def _release_with_base(dest: Path, base: str) -> Path:
+    path = dest / "release.yaml"
+    path.write_text(RELEASE.read_text() + f"\nostree:\n  base: {base}\n  deltas_from: 2\n")
+    return path
+
+
+def _compose(build: Path, release: Path, image: str) -> int:
+    assert cli("--release", release, "blueprint", "--image", image, "--build-dir", build) == 0
+    return cli("--release", release, "compose", "--image", image, "--build-dir", build)
+
+
+@pytest.mark.parametrize("transport", ["path", "url"])
+def test_compose_layers_onto_an_existing_edge_commit(
+        transport: str, vendor_repo: tuple[Path, str], built_release: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo, vendor_commit = vendor_repo
+    build = copy_build(built_release, tmp_path / "build")
+    with serve(repo) as (url, _):
+        location = str(repo) if transport == "path" else url
+        release = _release_with_base(tmp_path, f"{{repo: {location!r}, ref: {VENDOR_REF}}}")
+        assert _compose(build, release, "microshift-minimal") == 0
+    published = build / "ostree" / "repo"
+    ref = ostree(f"--repo={published}", "refs").stdout.split()[0]
+    commit = head(published, ref)
+    shown = ostree(f"--repo={published}", "show", "--print-metadata-key=microshift.base",
+                   str(commit)).stdout
+    assert vendor_commit in shown
+    subject = ostree(f"--repo={published}", "log", ref).stdout
+    assert "SAMPLE" not in subject
+    assert "NOT signing" in capsys.readouterr().err
+    assert not list(published.glob("objects/*/*.commitmeta"))  # no key given: unsigned
+
+
+def test_missing_unit_on_a_real_base_fails_with_the_blueprint_field(
+        vendor_repo: tuple[Path, str], built_release: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    repo, _ = vendor_repo
+    build = copy_build(built_release, tmp_path / "build")
+    release = _release_with_base(tmp_path, f"{{repo: {str(repo)!r}, ref: {VENDOR_REF}}}")
+    assert _compose(build, release, "microshift-full") == 1
+    err = capsys.readouterr().err
+    assert "customizations.services.enabled: openvswitch.service has no unit file" in err
+    assert not (build / "ostree" / "repo" / "refs" / "heads" / "microshift").exists()

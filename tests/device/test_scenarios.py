@@ -1,0 +1,177 @@
+"""The simulated device: real ostree sysroots, the shipped greenboot scripts, update scenarios.
+
+Integration tier: runs ostree, bash, curl and jq; the throttled-link test also needs network
+namespaces (root) and is skipped with the reason where they are not allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.context import Context
+from builder.core.progress import Progress
+from builder.core.runner import Runner
+from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
+from builder.device.netlink import netns_unavailable_reason
+from builder.device.scenarios import SCENARIOS, SimOptions, run_scenario
+from builder.device.sysroot import Device, LinkOptions, release_deployments
+from tests.support.cli import RELEASE, run_cli
+
+pytestmark = pytest.mark.integration
+
+SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull")
+
+
+def make_ctx(build_dir: Path) -> Context:
+    return Context(build_dir=build_dir, release_path=RELEASE, progress=Progress())
+
+
+@pytest.fixture(autouse=True)
+def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
+    """ostree makes deployment roots immutable; undo it so pytest can delete tmp_path."""
+    yield
+    release_deployments(tmp_path, Runner())
+
+
+@pytest.fixture(scope="module")
+def sample_pair(tmp_path_factory: pytest.TempPathFactory) -> UpdatePair:
+    build = tmp_path_factory.mktemp("device-commits")
+    return build_sample_pair(make_ctx(build), build / "repo", 64 * 1024)
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_NAMES)
+def test_scenario_passes_via_the_cli(tmp_path: Path, scenario: str,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "outcome.json"
+    rc = run_cli("--release", RELEASE, "device", "simulate", "--scenario", scenario,
+                 "--build-dir", tmp_path, "--report-json", report, "--wait-timeout", "1")
+    out = capsys.readouterr()
+    assert rc == 0, out.err[-3000:]
+    assert f"scenario {scenario}: PASSED" in out.out
+    outcome = json.loads(report.read_text())
+    assert outcome["passed"] and all(check["ok"] for check in outcome["checks"])
+    assert "PASS: MicroShift's data marker from v1 is intact" in out.err
+
+
+@pytest.mark.parametrize("scenario", SCENARIO_NAMES)
+def test_scenario_passes_as_a_library_call(tmp_path: Path, sample_pair: UpdatePair,
+                                           scenario: str) -> None:
+    options = SimOptions(work_dir=tmp_path, wait_timeout=1)
+    outcome = run_scenario(make_ctx(tmp_path), SCENARIOS[scenario], sample_pair, options)
+    assert outcome.passed, [what for what, ok in outcome.checks if not ok]
+    final = outcome.boots[-1].deployment.checksum
+    assert final == (sample_pair.v1 if scenario == "bad-update" else sample_pair.v2)
+    if scenario == "bad-update":
+        assert [b.healthy for b in outcome.boots] == [False, False, False, True]
+    if scenario == "interrupted-pull":
+        assert outcome.failed_pull is not None
+
+
+def test_boot_with_a_crashlooping_component_runs_red_d(tmp_path: Path,
+                                                       sample_pair: UpdatePair,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    sysroot = tmp_path / "device"
+    assert run_cli("device", "init", "--sysroot", sysroot) == 0
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
+                   "--ref", SAMPLE_REF, "--wait-timeout", "1") == 0
+    rc = run_cli("device", "boot", "--sysroot", sysroot,
+                 "--health", "crashloop:openshift-ovn-kubernetes/ovnkube-master")
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "daemonset openshift-ovn-kubernetes/ovnkube-master is ready" in err
+    assert "script '40-microshift-pre-rollback.sh' SUCCESS" in err
+    # Not an upgrade (no boot counter): greenboot does not reboot, a person must look.
+    assert "boot_counter is unset: manual intervention necessary" in err
+    assert run_cli("device", "status", "--sysroot", sysroot) == 0
+    out = capsys.readouterr().out
+    assert f"0 default  4.14.2-sample.2 ({sample_pair.v2[:12]})" in out
+    assert "grubenv: {'boot_success': '0'}" in out  # never marked healthy
+    assert "backups: diagnostics" in out
+
+
+def test_cli_upgrade_arms_the_boot_counter(tmp_path: Path, sample_pair: UpdatePair,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    sysroot = tmp_path / "device"
+    run_cli("device", "init", "--sysroot", sysroot)
+    run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
+            "--ref", SAMPLE_REF, "--commit", sample_pair.v1, "--max-boot-attempts", "2")
+    assert run_cli("device", "upgrade", "--sysroot", sysroot, "--repo", sample_pair.repo) == 0
+    device = Device(sysroot, Runner(), Progress())
+    assert [d.checksum for d in device.deployments()] == [sample_pair.v2, sample_pair.v1]
+    assert device.grubenv.read() == {"boot_counter": "2", "boot_success": "0"}
+    assert "1 delta parts" in capsys.readouterr().err
+
+
+def test_throttled_upgrade_takes_bytes_over_rate_plus_latency(tmp_path: Path) -> None:
+    runner = Runner()
+    reason = netns_unavailable_reason(runner)
+    if reason:
+        pytest.skip(reason)
+    ctx = make_ctx(tmp_path)
+    pair = build_sample_pair(ctx, tmp_path / "repo", 1024 * 1024)
+    device = Device(tmp_path / "device", runner, ctx.progress)
+    device.init("edge")
+    device.install(pair.repo, pair.ref, commit=pair.v1)
+    report, deployment = device.upgrade(pair.repo, LinkOptions(rate_kbit=5000, latency=0.05))
+    assert deployment.checksum == pair.v2
+    expected = report.expected_seconds()
+    assert expected is not None and report.wire_bytes is not None
+    assert report.wire_bytes > report.body_bytes > 1024 * 1024  # headers and frames on top
+    assert report.delta_bytes is not None and report.delta_bytes > 1024 * 1024
+    assert report.within(1.3), report.text()
+    assert expected / 1.3 <= report.seconds <= expected * 1.3
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["device", "boot", "--sysroot", "{tmp}"], "not a simulated device"),
+    (["device", "upgrade", "--sysroot", "{tmp}", "--repo", "{tmp}"],
+     "not an ostree repository"),
+    (["device", "simulate", "--scenario", "good-update", "--build-dir", "{tmp}",
+      "--rate", "fast"], "'fast' is not a link rate"),
+    (["device", "boot", "--sysroot", "{tmp}", "--health", "sometimes"],
+     "not a simulated device"),
+])
+def test_bad_input_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     argv: list[str], message: str) -> None:
+    rc = run_cli(*[a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err
+    assert "Traceback" not in err
+
+
+def test_init_refuses_a_directory_that_is_not_empty(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "something").write_text("data")
+    assert run_cli("device", "init", "--sysroot", tmp_path) == 2
+    assert "directory is not empty" in capsys.readouterr().err
+
+
+def test_simulate_takes_composed_commits_when_the_repo_has_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A compose-like published repo: DIR/ostree/repo with one ref whose head has a parent.
+    build_sample_pair(make_ctx(tmp_path), tmp_path / "ostree/repo", 16 * 1024)
+    rc = run_cli("--release", RELEASE, "device", "simulate", "--scenario", "good-update",
+                 "--build-dir", tmp_path, "--ref", SAMPLE_REF)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-2000:]
+    assert f"compose commits on {SAMPLE_REF}" in captured.err
+
+
+def test_install_retried_with_another_repo_pulls_from_that_repo(
+        tmp_path: Path, sample_pair: UpdatePair) -> None:
+    sysroot = tmp_path / "device"
+    empty = tmp_path / "empty-repo"
+    subprocess.run(["ostree", f"--repo={empty}", "init", "--mode=archive"], check=True)
+    run_cli("device", "init", "--sysroot", sysroot)
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", empty,
+                   "--ref", SAMPLE_REF) != 0
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
+                   "--ref", SAMPLE_REF, "--commit", sample_pair.v1) == 0
+    device = Device(sysroot, Runner(), Progress())
+    assert [d.checksum for d in device.deployments()] == [sample_pair.v1]

@@ -1,0 +1,232 @@
+"""Integration tier: real rpmbuild, createrepo_c, rpm and rpmlint on the sample release."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.cli import RELEASE, build_release, rpm_query, run_cli
+from tests.support.keys import make_release_key
+
+pytestmark = pytest.mark.integration
+
+COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
+                  "greenboot")
+
+
+def digests(directory: Path) -> dict[str, str]:
+    return {p.relative_to(directory).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def rpm_of(build_dir: Path, component: str) -> Path:
+    [path] = (build_dir / "rpms").glob(f"microshift-{component}-4.14.2-1.*.rpm")
+    return path
+
+
+def rpm_install_test(root: Path, rpms: list[Path]) -> subprocess.CompletedProcess[str]:
+    # Never --nodeps: it would skip the Conflicts check too.
+    return subprocess.run(["rpm", "-i", "--test", "--root", str(root), *map(str, rpms)],
+                          capture_output=True, text=True, check=False)
+
+
+def test_rpms_and_repository_are_written(built_release: Path) -> None:
+    names = sorted(p.name for p in (built_release / "rpms").glob("*.rpm"))
+    assert names == sorted(rpm_of(built_release, c).name for c in COMPONENT_RPMS)
+    assert (built_release / "repo" / "repodata" / "repomd.xml").is_file()
+    assert sorted(p.name for p in (built_release / "repo" / "Packages").glob("*.rpm")) == names
+
+
+def test_two_clean_builds_are_byte_identical(built_release: Path, tmp_path: Path) -> None:
+    # The second build runs in another process, another umask, time zone and locale, and
+    # later: none of that may reach the bytes.
+    other = tmp_path / "second"
+    for command in ("sample-base", "rpms"):
+        subprocess.run(["bash", "-c", 'umask 077; exec "$0" "$@"', sys.executable, "-m",
+                        "builder", "--release", str(RELEASE), command, "--build-dir",
+                        str(other)], check=True, capture_output=True,
+                       env={**os.environ, "TZ": "Pacific/Kiritimati", "LC_ALL": "C.UTF-8"})
+    assert digests(other / "rpms") == digests(built_release / "rpms")
+    assert digests(other / "repo") == digests(built_release / "repo")
+
+
+@pytest.mark.parametrize(("components", "conflict"), [
+    (("core", "networking-ovnk", "storage-topolvm", "multus"), False),
+    (("core", "networking-ovnk", "storage-topolvm"), False),
+    (("core", "storage-topolvm"), False),
+    (("core",), False),
+    (("core", "networking-bridge"), False),
+    (("core", "networking-ovnk", "networking-bridge"), True),
+])
+def test_component_sets_install_or_conflict(built_release: Path, rpm_root: Path,
+                                            components: tuple[str, ...],
+                                            conflict: bool) -> None:
+    base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
+    proc = rpm_install_test(rpm_root, base + [rpm_of(built_release, c) for c in components])
+    if conflict:
+        assert proc.returncode != 0
+        assert "microshift-networking-provider conflicts with microshift-networking-ovnk" \
+            in proc.stderr
+        assert "conflicts with microshift-networking-bridge" in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_multus_needs_a_networking_provider(built_release: Path, rpm_root: Path) -> None:
+    base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
+    proc = rpm_install_test(rpm_root, [*base, rpm_of(built_release, "core"),
+                                       rpm_of(built_release, "multus")])
+    assert proc.returncode != 0
+    assert "microshift-networking-provider is needed by microshift-multus" in proc.stderr
+
+
+def test_components_require_the_exact_core_release(built_release: Path) -> None:
+    for component in COMPONENT_RPMS[1:]:
+        requires = rpm_query("-qp", "--requires", rpm_of(built_release, component))
+        assert "microshift-core = 4.14.2-1" in requires.splitlines()
+
+
+def test_core_contents(built_release: Path, tmp_path: Path) -> None:
+    core = rpm_of(built_release, "core")
+    files = rpm_query("-qp", "--list", core).split()
+    assert "/usr/bin/microshift" in files
+    assert "/usr/lib/systemd/system/microshift.service" in files
+    assert "/usr/lib/microshift/components.d" in files
+    assert rpm_query("-qp", "--configfiles", core).split() == ["/etc/microshift/config.yaml"]
+    config_flags = rpm_query("-qp", "--qf", "[%{FILENAMES} %{FILEFLAGS:fflags}\n]", core)
+    assert "/etc/microshift/config.yaml cn" in config_flags  # config + noreplace
+    for dep in ("cri-o", "cri-tools", "conntrack-tools", "iptables", "systemd"):
+        assert dep in rpm_query("-qp", "--requires", core).split()
+    assert "systemctl --no-reload preset microshift.service" in \
+        rpm_query("-qp", "--scripts", core)
+    extracted = extract(core, tmp_path)
+    out = subprocess.run([extracted / "usr/bin/microshift", "version"], capture_output=True,
+                         text=True, check=True).stdout
+    assert "MicroShift Version: 4.14.2" in out
+
+
+def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) -> None:
+    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    unit = (root / "usr/lib/systemd/system/microshift-ovs-init.service").read_text()
+    assert "Type=oneshot" in unit and "Before=microshift.service" in unit
+    assert "ExecStart=/usr/bin/configure-ovs-microshift.sh" in unit
+    vswitchd = (root / "etc/systemd/system/ovs-vswitchd.service.d/"
+                       "microshift-cpuaffinity.conf").read_text()
+    assert "CPUAffinity=0" in vswitchd and "n-handler-threads=1" in vswitchd
+    assert "n-revalidator-threads=1" in vswitchd
+    assert "CPUAffinity=0" in (root / "etc/systemd/system/ovsdb-server.service.d/"
+                                      "microshift-cpuaffinity.conf").read_text()
+    assert '--no-mlockall' in (root / "usr/lib/microshift/ovs-options.env").read_text()
+    assert "keyfile" in (root / "etc/NetworkManager/conf.d/microshift-nm.conf").read_text()
+    ovn = yaml.safe_load((root / "etc/microshift/ovn.yaml").read_text()) or {}
+    assert set(ovn) <= {"disableOVSInit", "mtu"}
+    assert (root / "var/lib/ovnk").is_dir() and (root / "etc/ovnk").is_dir()
+    assert "enable microshift-ovs-init.service" in \
+        (root / "usr/lib/systemd/system-preset/85-microshift-networking-ovnk.preset").read_text()
+    provides = rpm_query("-qp", "--provides", rpm_of(built_release, "networking-ovnk"))
+    assert "microshift-networking-provider = 4.14.2-1" in provides.splitlines()
+
+
+def test_ovs_init_honours_disable_ovs_init(built_release: Path, tmp_path: Path) -> None:
+    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    config = tmp_path / "ovn.yaml"
+    config.write_text("disableOVSInit: true\nmtu: 1300\n")
+    proc = subprocess.run(["bash", root / "usr/bin/configure-ovs-microshift.sh"],
+                          env={"OVN_CONFIG": str(config), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0
+    assert "disableOVSInit is true" in proc.stderr and "ovs-vsctl add-br br-ex" in proc.stderr
+
+
+def test_rpmlint_reports_no_errors(built_release: Path) -> None:
+    from builder.rpm.packages import RPMLINTRC, RPMLINTRC_SAMPLE, _rpmlint_command
+
+    rc = built_release / "lintrc"
+    rc.write_text(RPMLINTRC.read_text() + RPMLINTRC_SAMPLE.read_text())
+    proc = subprocess.run([_rpmlint_command(), "--rpmlintrc", str(rc),
+                           *map(str, sorted((built_release / "rpms").glob("*.rpm")))],
+                          capture_output=True, text=True, check=False)
+    assert " 0 errors" in proc.stdout, proc.stdout[-3000:]
+    assert proc.returncode == 0
+
+
+def test_noop_rebuild_skips_every_package_and_payload_change_rebuilds_only_core(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_dir = build_release(tmp_path / "b")
+    capsys.readouterr()
+    assert run_cli("--release", RELEASE, "rpms", "--build-dir", build_dir) == 0
+    err = capsys.readouterr().err
+    for component in COMPONENT_RPMS:
+        assert f"rpm:microshift-{component}.x86_64: unchanged" in err
+    assert "rpmlint: unchanged" in err and "repo: unchanged" in err
+    assert "wrote" not in err
+
+    payload = tmp_path / "microshift"
+    payload.write_text("#!/bin/sh\necho 'MicroShift Version: 4.14.2-custom'\n")
+    data = yaml.safe_load(RELEASE.read_text())
+    data["components"]["core"]["payload"] = {"path": str(payload)}
+    changed = tmp_path / "release.yaml"
+    changed.write_text(yaml.safe_dump(data))
+    assert run_cli("--release", changed, "rpms", "--build-dir", build_dir, "--no-lint") == 0
+    err = capsys.readouterr().err
+    assert "wrote microshift-core-" in err and err.count("wrote ") == 1
+    for component in COMPONENT_RPMS[1:]:
+        assert f"rpm:microshift-{component}.x86_64: unchanged" in err
+
+
+def extract(rpm: Path, dest: Path) -> Path:
+    root = dest / rpm.name
+    root.mkdir(parents=True, exist_ok=True)
+    cpio = subprocess.run(["rpm2cpio", str(rpm)], capture_output=True, check=True).stdout
+    subprocess.run(["cpio", "-idm", "--quiet"], input=cpio, cwd=root, check=True)
+    return root
+
+
+
+
+def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key(
+        tmp_path: Path, rpm_root: Path) -> None:
+    homedir = tmp_path / "gnupg"
+    fingerprint = make_release_key(homedir)
+    build = tmp_path / "b"
+    try:
+        assert run_cli("--release", RELEASE, "build-image", "--build-dir", build,
+                       "--gpg-homedir", homedir, "--gpg-key", fingerprint) == 0
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"],
+                       check=False)
+    public_key = build / "keys" / f"{fingerprint}.asc"
+    subprocess.run(["rpm", "--root", str(rpm_root), "--import", str(public_key)], check=True)
+    for rpm in sorted((build / "rpms").glob("*.rpm")):
+        check = subprocess.run(["rpm", "--root", str(rpm_root), "-K", str(rpm)],
+                               capture_output=True, text=True, check=False)
+        assert check.returncode == 0 and "signatures OK" in check.stdout, check.stdout
+    repodata = build / "repo" / "repodata"
+    verify = subprocess.run(["gpg", "--homedir", str(homedir), "--verify",
+                             str(repodata / "repomd.xml.asc"), str(repodata / "repomd.xml")],
+                            capture_output=True, text=True, check=False)
+    assert verify.returncode == 0, verify.stderr
+    assert (build / "installer" / "microshift-full.iso").is_file()
+    assert not (build / "gpg").exists()  # no SAMPLE key when the user gives one
+
+
+def test_two_fresh_sample_builds_give_the_same_rpms_and_commit(tmp_path: Path) -> None:
+    commits = []
+    for name in ("one", "two"):
+        build = tmp_path / name
+        assert run_cli("--release", RELEASE, "build-image", "--until", "compose",
+                       "--build-dir", build) == 0
+        commits.append(subprocess.run(
+            ["ostree", f"--repo={build / 'ostree' / 'repo'}", "rev-parse",
+             "microshift/x86_64/microshift-full"], check=True, capture_output=True,
+            text=True).stdout.strip())
+        subprocess.run(["gpgconf", "--homedir", str(build / "gpg"), "--kill", "gpg-agent"],
+                       check=False)
+    assert commits[0] == commits[1]
+    assert digests(tmp_path / "one" / "rpms") == digests(tmp_path / "two" / "rpms")
