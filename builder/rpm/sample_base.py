@@ -33,7 +33,7 @@ class StandIn:
     name: str
     provides: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-    files: dict[str, str] = field(default_factory=dict)  # install path -> content
+    files: dict[str, str | bytes] = field(default_factory=dict)  # install path -> content
     dirs: tuple[str, ...] = ()
 
 
@@ -156,6 +156,7 @@ def build_sample_base(ctx: Context) -> Path:
 
             out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
             outputs.extend(sorted(out.glob("*.rpm")))
+        outputs.extend(_policy_stand_ins(ctx, arch))
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
@@ -173,6 +174,13 @@ def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
     publish(ctx.build_dir, "sample-base/repo", repo_step, repo_out)
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
                       f"repository {base / 'repo'}")
+
+
+def _policy_stand_ins(ctx: Context, arch: str) -> list[Path]:
+    # Imported here: sample_policy builds its stand-ins with this module's write_spec.
+    from builder.rpm.sample_policy import policy_stand_ins
+
+    return policy_stand_ins(ctx, arch)
 
 
 def _remove_tree(path: Path) -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.cli import RELEASE, build_release, rpm_query, run_cli
+from tests.support.cli import RELEASE, build_release, extract_rpm, rpm_query, run_cli
 from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
 
 COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
-                  "greenboot")
+                  "greenboot", "selinux")
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -67,7 +67,9 @@ def test_two_clean_builds_are_byte_identical(built_release: Path, tmp_path: Path
 def test_component_sets_install_or_conflict(built_release: Path, rpm_root: Path,
                                             components: tuple[str, ...],
                                             conflict: bool) -> None:
+    # microshift-core requires microshift-selinux: it is part of every set.
     base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
+    base.append(rpm_of(built_release, "selinux"))
     proc = rpm_install_test(rpm_root, base + [rpm_of(built_release, c) for c in components])
     if conflict:
         assert proc.returncode != 0
@@ -81,13 +83,14 @@ def test_component_sets_install_or_conflict(built_release: Path, rpm_root: Path,
 def test_multus_needs_a_networking_provider(built_release: Path, rpm_root: Path) -> None:
     base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
     proc = rpm_install_test(rpm_root, [*base, rpm_of(built_release, "core"),
+                                       rpm_of(built_release, "selinux"),
                                        rpm_of(built_release, "multus")])
     assert proc.returncode != 0
     assert "microshift-networking-provider is needed by microshift-multus" in proc.stderr
 
 
 def test_components_require_the_exact_core_release(built_release: Path) -> None:
-    for component in COMPONENT_RPMS[1:]:
+    for component in set(COMPONENT_RPMS) - {"core", "selinux"}:
         requires = rpm_query("-qp", "--requires", rpm_of(built_release, component))
         assert "microshift-core = 4.14.2-1" in requires.splitlines()
 
@@ -103,16 +106,17 @@ def test_core_contents(built_release: Path, tmp_path: Path) -> None:
     assert "/etc/microshift/config.yaml cn" in config_flags  # config + noreplace
     for dep in ("cri-o", "cri-tools", "conntrack-tools", "iptables", "systemd"):
         assert dep in rpm_query("-qp", "--requires", core).split()
+    assert "microshift-selinux = 4.14.2-1" in rpm_query("-qp", "--requires", core).splitlines()
     assert "systemctl --no-reload preset microshift.service" in \
         rpm_query("-qp", "--scripts", core)
-    extracted = extract(core, tmp_path)
+    extracted = extract_rpm(core, tmp_path)
     out = subprocess.run([extracted / "usr/bin/microshift", "version"], capture_output=True,
                          text=True, check=True).stdout
     assert "MicroShift Version: 4.14.2" in out
 
 
 def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) -> None:
-    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    root = extract_rpm(rpm_of(built_release, "networking-ovnk"), tmp_path)
     unit = (root / "usr/lib/systemd/system/microshift-ovs-init.service").read_text()
     assert "Type=oneshot" in unit and "Before=microshift.service" in unit
     assert "ExecStart=/usr/bin/configure-ovs-microshift.sh" in unit
@@ -134,7 +138,7 @@ def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) ->
 
 
 def test_ovs_init_honours_disable_ovs_init(built_release: Path, tmp_path: Path) -> None:
-    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    root = extract_rpm(rpm_of(built_release, "networking-ovnk"), tmp_path)
     config = tmp_path / "ovn.yaml"
     config.write_text("disableOVSInit: true\nmtu: 1300\n")
     proc = subprocess.run(["bash", root / "usr/bin/configure-ovs-microshift.sh"],
@@ -178,16 +182,6 @@ def test_noop_rebuild_skips_every_package_and_payload_change_rebuilds_only_core(
     assert "wrote microshift-core-" in err and err.count("wrote ") == 1
     for component in COMPONENT_RPMS[1:]:
         assert f"rpm:microshift-{component}.x86_64: unchanged" in err
-
-
-def extract(rpm: Path, dest: Path) -> Path:
-    root = dest / rpm.name
-    root.mkdir(parents=True, exist_ok=True)
-    cpio = subprocess.run(["rpm2cpio", str(rpm)], capture_output=True, check=True).stdout
-    subprocess.run(["cpio", "-idm", "--quiet"], input=cpio, cwd=root, check=True)
-    return root
-
-
 
 
 def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key(
