@@ -35,6 +35,7 @@ class StandIn:
     requires: tuple[str, ...] = ()
     files: dict[str, str | bytes] = field(default_factory=dict)  # install path -> content
     dirs: tuple[str, ...] = ()
+    executables: tuple[str, ...] = ()  # files installed 0755
 
 
 def _text(what: str) -> str:
@@ -126,7 +127,7 @@ def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
         pkg.add_installed_directory(directory.lstrip("/"))
     for index, (path, content) in enumerate(sorted(stand_in.files.items())):
         pkg.add_installed_file(path.lstrip("/"), rpmfluff.SourceFile(f"file{index}", content),
-                               mode="0644")
+                               mode="0755" if path in stand_in.executables else "0644")
     (topdir / "SOURCES").mkdir(parents=True, exist_ok=True)
     pkg.gather_sources(str(topdir / "SOURCES"))
     return Path(pkg.gather_spec_file(str(topdir)))

@@ -11,7 +11,9 @@ types MicroShift's module uses) and policycoreutils. Their SAMPLE stand-ins, bui
   declares, under container-selinux's names, the types MicroShift's module labels with
   (kubelet_exec_t, kubernetes_file_t, container_var_lib_t); it ships the module file, and
   the base build loads it as its %post would (builder/compose/selinux.py);
-- policycoreutils (SAMPLE): the name only.
+- policycoreutils (SAMPLE): a static /usr/sbin/semodule that only prints a usage text
+  without --refresh, so that a simulated device's ostree can run it on upgrade
+  (builder/rpm/sample_elf.py).
 
 When the reference policy modules are not installed (hosts other than Debian), the stand-ins
 ship no policy and the sample flow composes unlabelled, with a warning.
@@ -27,6 +29,7 @@ from builder.core.selinux import compile_module, semodule_install
 from builder.core.steps import Step, file_digest, materialize
 from builder.rpm.rpmbuild import build_spec, rpm_macros
 from builder.rpm.sample_base import SAMPLE_VERSION, StandIn, write_spec
+from builder.rpm.sample_elf import print_and_exit
 
 REFPOLICY_DIR = Path("/usr/share/selinux/default")  # Debian's selinux-policy-default
 # base: the reference policy's kernel and system layers. The others are what base itself
@@ -58,6 +61,10 @@ store-root = /etc/selinux
 path = /usr/sbin/sefcontext_compile
 args = -r $@
 [end]
+"""
+SEMODULE_USAGE = """\
+usage: semodule (SAMPLE stand-in for policycoreutils' semodule, built by
+microshift-edge-builder: it manages no policy and offers no options)
 """
 CONTAINER_TE = """\
 policy_module(container, 2.999.0)
@@ -118,8 +125,11 @@ def policy_stand_ins(ctx: Context, arch: str) -> list[Path]:
                           "images of this base are composed unlabelled")
     policy = _sample_policy(ctx, modules) if modules else None
     stand_ins = [
-        StandIn("policycoreutils", files={"/usr/share/doc/policycoreutils-sample/README":
-                                          _text("policycoreutils (semodule, restorecon)")}),
+        StandIn("policycoreutils", files={
+            "/usr/share/doc/policycoreutils-sample/README":
+                _text("policycoreutils (semodule, restorecon)"),
+            "/usr/sbin/semodule": print_and_exit(arch, SEMODULE_USAGE)},
+            executables=("/usr/sbin/semodule",)),
         StandIn("selinux-policy-targeted", provides=("selinux-policy",),
                 files=_policy_files(policy) if policy else {
                     "/usr/share/doc/selinux-policy-sample/README": _text("selinux-policy")}),
@@ -178,6 +188,7 @@ def _build(ctx: Context, stand_in: StandIn, arch: str) -> list[Path]:
     step = Step(f"sample-rpm:{stand_in.name}", {
         "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
                      "requires": stand_in.requires, "dirs": stand_in.dirs,
+                     "executables": stand_in.executables,
                      "files": {path: _digest(content)
                                for path, content in stand_in.files.items()}},
         "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})

@@ -7,6 +7,7 @@ namespaces (root) and is skipped with the reason where they are not allowed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from builder.device.netlink import netns_unavailable_reason
 from builder.device.scenarios import SCENARIOS, SimOptions, run_scenario
 from builder.device.sysroot import Device, LinkOptions, release_deployments
 from tests.support.cli import RELEASE, run_cli
+from tests.support.ostree import ComposedPair
 
 pytestmark = pytest.mark.integration
 
@@ -161,6 +163,27 @@ def test_simulate_takes_composed_commits_when_the_repo_has_them(
     captured = capsys.readouterr()
     assert rc == 0, captured.err[-2000:]
     assert f"compose commits on {SAMPLE_REF}" in captured.err
+
+
+def test_good_update_between_labelled_compose_commits(
+        tmp_path: Path, composed_pair: ComposedPair, capsys: pytest.CaptureFixture[str]) -> None:
+    # The compose's commits carry SELinux labels and a policy: ostree deploys them into the
+    # plain-directory sysroot with their labels, and on the upgrade it runs the new
+    # deployment's (SAMPLE) semodule through bubblewrap to refresh the policy.
+    build = tmp_path / "build"
+    (build / "ostree").mkdir(parents=True)
+    (build / "ostree" / "repo").symlink_to(composed_pair.repo)
+    work = tmp_path / "sim"
+    rc = run_cli("--release", composed_pair.release2, "device", "simulate", "--scenario",
+                 "good-update", "--build-dir", build, "--ref", composed_pair.ref,
+                 "--work-dir", work, "--wait-timeout", "1")
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-3000:]
+    assert f"compose commits on {composed_pair.ref}" in captured.err
+    deploy = work / "device/ostree/deploy/edge/deploy"
+    [v2] = [d for d in deploy.glob(f"{composed_pair.commit2}.*") if d.is_dir()]
+    label = os.getxattr(v2 / "usr/bin/microshift", "security.selinux").rstrip(b"\0")
+    assert label == b"system_u:object_r:kubelet_exec_t:s0"
 
 
 def test_install_retried_with_another_repo_pulls_from_that_repo(
