@@ -112,6 +112,7 @@ class Device:
         self.sysroot = sysroot.resolve()
         self.runner = runner
         self.progress = progress
+        self.bwrap = Path(BWRAP)  # where ostree runs deployment programs from
         self.state_dir = self.sysroot / STATE_DIR
         self.grubenv = Grubenv(self.sysroot / "boot/grub2/grubenv")
         self.repo = Repo(self.sysroot / "ostree/repo", runner)
@@ -177,14 +178,14 @@ class Device:
         """Deploying over an existing deployment, ostree refreshes a new deployment's SELinux
         policy by running its semodule through /usr/bin/bwrap (sysroot_finalize_selinux_policy);
         say so in one line instead of ostree's "Failed to execute child process"."""
-        if Path(BWRAP).is_file():
+        if self.bwrap.is_file():
             return
         proc = self.runner.run(["ostree", f"--repo={self.repo.path}", "ls", f"{REMOTE}:{ref}",
                                 "/usr/etc/selinux/config"], check=False)
         if proc.returncode == 0:
             raise BuildError(f"{REMOTE}:{ref} carries an SELinux policy, and ostree refreshes it "
-                             f"on upgrade by running the deployment's semodule through {BWRAP}, "
-                             "which is not installed",
+                             f"on upgrade by running the deployment's semodule through "
+                             f"{self.bwrap}, which is not installed",
                              hint="install bubblewrap (ci/install-host-tools.sh)")
 
     def upgrade(self, source: Path | str, link: LinkOptions) -> tuple[TransferReport, Deployment]:

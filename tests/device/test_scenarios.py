@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from builder.context import Context
+from builder.core.errors import BuildError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
@@ -184,6 +185,19 @@ def test_good_update_between_labelled_compose_commits(
     [v2] = [d for d in deploy.glob(f"{composed_pair.commit2}.*") if d.is_dir()]
     label = os.getxattr(v2 / "usr/bin/microshift", "security.selinux").rstrip(b"\0")
     assert label == b"system_u:object_r:kubelet_exec_t:s0"
+
+
+def test_upgrade_to_a_labelled_commit_without_bubblewrap_is_one_clear_error(
+        tmp_path: Path, composed_pair: ComposedPair) -> None:
+    device = Device(tmp_path / "device", Runner(), Progress())
+    device.init("edge")
+    device.install(composed_pair.repo, composed_pair.ref, commit=composed_pair.commit1)
+    device.bwrap = tmp_path / "no-bwrap"
+    with pytest.raises(BuildError) as info:
+        device.upgrade(composed_pair.repo, LinkOptions())
+    assert "carries an SELinux policy" in info.value.message
+    assert "install bubblewrap" in str(info.value)
+    assert [d.checksum for d in device.deployments()] == [composed_pair.commit1]
 
 
 def test_install_retried_with_another_repo_pulls_from_that_repo(
