@@ -154,9 +154,15 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
     from builder.compose.commit import image_ref
     from builder.composer.remote import ComposeJob, check_job, run_compose
 
-    options = ComposeOptions(image_type=args.image_type,
-                             ref=args.ref or image_ref(ctx, args.image),
-                             parent=args.parent, url=args.ostree_url)
+    ref = args.ref
+    if ref is None:
+        try:
+            ref = image_ref(ctx, args.image)
+        except InputError as exc:
+            raise InputError("command line", "--ref", f"no default ref for image "
+                             f"{args.image!r} ({exc.message}); give --ref") from exc
+    options = ComposeOptions(image_type=args.image_type, ref=ref, parent=args.parent,
+                             url=args.ostree_url)
     job = ComposeJob(build_dir=ctx.build_dir, image=args.image, release=ctx.release,
                      options=options, wait=_wait_options(args), serve=args.serve)
     check_job(job)  # before a signing key is made or the service is asked anything
@@ -213,14 +219,16 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.composer.request import kind_of
     from builder.composer.results import Target, fetch_result
 
     uuid = _uuid(args.uuid)
     client = _client(args)
     try:
         status = client.status(uuid)
-        target = Target(ctx.build_dir, args.image, ctx.release, signing_key(ctx, args),
-                        args.ref)
+        # Only a commit is signed; ask for the key once the compose is known to be one.
+        key = signing_key(ctx, args) if kind_of(status.compose_type) == "commit" else None
+        target = Target(ctx.build_dir, args.image, ctx.release, key, args.ref)
         result = fetch_result(client, status, target, ctx.progress, ctx.runner)
     finally:
         client.close()

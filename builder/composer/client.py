@@ -131,7 +131,7 @@ class ComposeStatus:
                    version=str(entry.get("version", "")),
                    compose_type=str(entry.get("compose_type", "")),
                    queue_status=str(entry.get("queue_status", "")),
-                   image_size=int(entry.get("image_size", 0) or 0))
+                   image_size=_int(entry.get("image_size")))
 
 
 class WeldrClient:
@@ -165,15 +165,15 @@ class WeldrClient:
         """The image types the service builds (GET /compose/types), as it names them."""
         what = "list the image types the service offers"
         body = self._json(self._request("GET", "/compose/types", what=what), what)
-        return sorted(str(t.get("name")) for t in body.get("types") or []
-                      if isinstance(t, dict) and t.get("name") and t.get("enabled", True))
+        return sorted(str(t.get("name")) for t in _dicts(body.get("types"))
+                      if t.get("name") and t.get("enabled", True))
 
     def blueprint_info(self, name: str) -> dict[str, Any] | None:
         """The blueprint the service holds under `name`, or None when it holds none."""
         what = f"read blueprint {name} from the service"
         body = self._json(self._request("GET", f"/blueprints/info/{name}", what=what), what)
-        for entry in body.get("blueprints") or []:
-            if isinstance(entry, dict) and entry.get("name") == name:
+        for entry in _dicts(body.get("blueprints")):
+            if entry.get("name") == name:
                 return entry
         other = [e for e in _errors(body) if e.id != "UnknownBlueprint"]
         if other:
@@ -204,9 +204,10 @@ class WeldrClient:
         errors = _errors(body)
         if errors:
             raise ComposerError(errors, 200, what)
-        for entry in body.get("blueprints", []):
-            if entry.get("blueprint", {}).get("name") == name:
-                return list(entry.get("dependencies", []))
+        for entry in _dicts(body.get("blueprints")):
+            blueprint = entry.get("blueprint")
+            if isinstance(blueprint, dict) and blueprint.get("name") == name:
+                return list(_dicts(entry.get("dependencies")))
         raise ComposerError([ServiceError("UnknownBlueprint", f"{name}: not in the answer")],
                             200, what)
 
@@ -217,14 +218,16 @@ class WeldrClient:
         uuid = normalize_uuid(build_id) if isinstance(build_id, str) else None
         if uuid is None:
             raise BuildError(f"composer: {what}: the answer has no build_id: {body}")
-        warnings = body.get("warnings") or []  # null when there are none
+        warnings = body.get("warnings")  # null when there are none
+        if not isinstance(warnings, list):
+            warnings = [] if warnings is None else [warnings]
         return StartedCompose(uuid, tuple(str(w).strip() for w in warnings if str(w).strip()))
 
     def status(self, uuid: str) -> ComposeStatus:
         wanted = normalize_uuid(uuid) or uuid  # a malformed id gets the service's own answer
         what = f"get the status of compose {wanted}"
         body = self._json(self._request("GET", f"/compose/status/{wanted}", what=what), what)
-        for entry in body.get("uuids", []):
+        for entry in _dicts(body.get("uuids")):
             if normalize_uuid(str(entry.get("id", ""))) == wanted:
                 return ComposeStatus.from_entry(entry)
         # Upstream omits unknown uuids instead of failing; turn that into the UnknownUUID error.
@@ -349,9 +352,22 @@ class WeldrClient:
                           hint="the service may be overloaded; raise --timeout")
 
 
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list; anything else in an answer is ignored, not a crash."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def _errors(body: dict[str, Any]) -> list[ServiceError]:
     found = []
-    for item in body.get("errors") or []:
+    items = body.get("errors") or []
+    for item in items if isinstance(items, list) else [items]:
         if isinstance(item, dict):
             found.append(ServiceError(str(item.get("id", "Error")), str(item.get("msg", ""))))
         else:  # lorax-era servers sent bare strings

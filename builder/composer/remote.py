@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from builder.composer.blueprints import (
+    Blueprint,
     check_for_release,
     installer_view,
     left_out,
@@ -58,12 +59,20 @@ def describe_package(pkg: dict[str, Any]) -> str:
     return f"{pkg.get('name')}-{evr}{pkg.get('version')}-{pkg.get('release')}.{pkg.get('arch')}"
 
 
-def check_job(job: ComposeJob) -> None:
-    """Everything that can be refused before a single request goes out."""
-    if job.serve is not None and job.options.url is not None:
-        raise InputError("command line", "--serve-repo", "give --url or --serve-repo, not both")
+def check_job(job: ComposeJob) -> Blueprint:
+    """Everything that can be refused before a single request goes out; the blueprint."""
+    if job.serve is not None:
+        if job.options.url is not None:
+            raise InputError("command line", "--serve-repo", "give --url or --serve-repo, "
+                             "not both")
+        from builder.composer.serve import parse_address
+
+        parse_address(job.serve)
     served = f"http://{job.serve}/" if job.serve else None
     replace(job.options, url=job.options.url or served).validate()
+    blueprint = load_blueprint(job.build_dir, job.image)
+    check_for_release(blueprint, job.release, job.build_dir)
+    return blueprint
 
 
 @contextmanager
@@ -107,9 +116,7 @@ def _parent(job: ComposeJob, head: str | None, url: str | None,
 def run_compose(client: WeldrClient, job: ComposeJob, progress: Progress,
                 runner: Runner) -> ComposeResult:
     """Check, push, depsolve, start, wait, download, publish: one compose on the service."""
-    check_job(job)
-    blueprint = load_blueprint(job.build_dir, job.image)
-    check_for_release(blueprint, job.release, job.build_dir)
+    blueprint = check_job(job)
     repo = Repo(job.build_dir / "ostree" / "repo", runner)
     head = repo.rev_parse(job.options.ref) if repo.exists() else None
     service = client.endpoint.describe()

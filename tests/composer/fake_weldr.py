@@ -44,7 +44,7 @@ FAILED_LOG = "\n".join([
     "Installing packages...",
     "error: Failed dependencies:",
     "        microshift-networking-provider conflicts with microshift-networking-bridge",
-    "Traceback: stage org.osbuild.rpm failed with exit code 1",
+    "Error: stage org.osbuild.rpm failed (exit code 1)",
 ]) + "\n"
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from builder.cli import main
 from builder.composer.client import WeldrClient
-from builder.composer.remote import ComposeJob, run_compose
+from builder.composer.remote import ComposeJob, check_job, run_compose
 from builder.composer.request import ComposeOptions
 from builder.composer.results import ComposeResult
 from builder.composer.wait import WaitOptions
@@ -342,3 +342,28 @@ def test_parent_without_url_is_refused_before_any_request(
     assert line == ("error: command line: --parent: a parent needs --url (the ostree repo "
                     "that holds it) or --serve-repo")
     assert fake.requests == []
+
+
+@pytest.mark.parametrize(("options", "serve", "message"), [
+    (ComposeOptions("installer", REF), None,
+     "command line: --url: an installer needs --url (the ostree repo serving the commit to "
+     "install) or --serve-repo"),
+    (ComposeOptions("commit", REF), "0.0.0.0:8000",
+     "command line: --serve-repo: 0.0.0.0 is not an address the workers can reach; give this "
+     "machine's address, e.g. 10.0.0.5:8000"),
+    (ComposeOptions("commit", REF), "builder",
+     "command line: --serve-repo: 'builder' is not HOST:PORT; give this machine's address as "
+     "the workers reach it, e.g. 10.0.0.5:8000"),
+    (ComposeOptions("commit", REF, url="10.0.0.5/repo"), None,
+     "command line: --url: '10.0.0.5/repo' is not a URL; e.g. http://10.0.0.1:8080/repo/"),
+    (ComposeOptions("commit", "a" * 64), None,
+     f"command line: --ref: '{'a' * 64}' looks like a commit checksum; give a ref such as "
+     "microshift/x86_64/microshift-full"),
+])
+def test_options_are_refused_in_one_line_before_anything_is_sent(
+        build_dir: Path, release: Release, options: ComposeOptions, serve: str | None,
+        message: str) -> None:
+    with pytest.raises(InputError) as err:
+        check_job(ComposeJob(build_dir, IMAGE, release, options, serve=serve))
+    assert err.value.message == message
+    assert err.value.hint is None
