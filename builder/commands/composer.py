@@ -51,27 +51,7 @@ def register(sub: Any) -> None:
                             "(osbuild-composer) over the Weldr API")
     actions = parser.add_subparsers(dest="composer_action", required=True, metavar="ACTION")
 
-    compose = actions.add_parser("compose", parents=[common, waiting],
-                                 help="push + depsolve + compose + wait + download + publish")
-    add_build_dir(compose)
-    _add_image(compose)
-    compose.add_argument("--type", dest="image_type", choices=TYPE_CHOICES, default="commit",
-                         help="commit or installer: the service's edge-* (RHEL) or iot-* "
-                              "(Fedora) type, whichever it offers; or that type by name "
-                              "(default commit)")
-    _add_ref(compose, "ostree ref of the commit (default: the one `compose` uses: "
-                      "release.yaml ostree.ref, else the profile's)")
-    source = compose.add_mutually_exclusive_group()
-    source.add_argument("--serve-repo", dest="serve", metavar="HOST:PORT", default=None,
-                        help="serve DIR/ostree/repo to the workers at this address of this "
-                             "machine while the compose runs (commit parent, installer payload)")
-    source.add_argument("--url", dest="ostree_url", default=None, metavar="URL",
-                        help="URL at which the workers reach DIR/ostree/repo as published "
-                             "(needed for installers; commits get the ref's head as parent)")
-    compose.add_argument("--parent", default=None,
-                         help="parent ref or commit (default: the ref's head in DIR/ostree/repo)")
-    add_signing_options(compose)
-    compose.set_defaults(func=cmd_compose)
+    _register_compose(actions, [common, waiting])
 
     push = actions.add_parser("push", parents=[common], help="push DIR/blueprints/NAME.toml "
                               "(not again when the service holds it already)")
@@ -99,6 +79,30 @@ def register(sub: Any) -> None:
                     "for, when composed from here)")
     add_signing_options(fetch)
     fetch.set_defaults(func=cmd_fetch)
+
+
+def _register_compose(actions: Any, parents: list[argparse.ArgumentParser]) -> None:
+    compose = actions.add_parser("compose", parents=parents,
+                                 help="push + depsolve + compose + wait + download + publish")
+    add_build_dir(compose)
+    _add_image(compose)
+    compose.add_argument("--type", dest="image_type", choices=TYPE_CHOICES, default="commit",
+                         help="commit or installer: the service's edge-* (RHEL) or iot-* "
+                              "(Fedora) type, whichever it offers; or that type by name "
+                              "(default commit)")
+    _add_ref(compose, "ostree ref of the commit (default: the one `compose` uses: "
+                      "release.yaml ostree.ref, else the profile's)")
+    source = compose.add_mutually_exclusive_group()
+    source.add_argument("--serve-repo", dest="serve", metavar="HOST:PORT", default=None,
+                        help="serve DIR/ostree/repo to the workers at this address of this "
+                             "machine while the compose runs (commit parent, installer payload)")
+    source.add_argument("--url", dest="ostree_url", default=None, metavar="URL",
+                        help="URL at which the workers reach DIR/ostree/repo as published "
+                             "(needed for installers; commits get the ref's head as parent)")
+    compose.add_argument("--parent", default=None,
+                         help="parent ref or commit (default: the ref's head in DIR/ostree/repo)")
+    add_signing_options(compose)
+    compose.set_defaults(func=cmd_compose)
 
 
 def _add_image(parser: argparse.ArgumentParser) -> None:

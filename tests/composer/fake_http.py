@@ -68,7 +68,7 @@ def not_found() -> Reply:
 @dataclass(frozen=True)
 class Request:
     method: str
-    route: str          # e.g. "compose/status/:"
+    route: str          # the path after /api/vN/, e.g. "compose/status/UUID"
     param: str          # the :param or *param part
     query: dict[str, list[str]]
     content_type: str | None
