@@ -16,7 +16,7 @@ import yaml
 from builder.composer.client import Endpoint, RetryPolicy, WeldrClient
 from builder.core.progress import Progress
 from builder.core.runner import Runner
-from builder.core.signing import ensure_sample_key
+from builder.core.signing import ensure_sample_key, stop_agent
 from builder.release.model import Release, load_release
 from tests.composer.fake_weldr import FakeWeldr, Scenario
 from tests.support.cli import RELEASE
@@ -81,7 +81,8 @@ def release(release_file: Path) -> Release:
 def sample_gpg(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One SAMPLE key for the session; copied into each build dir as DIR/gpg."""
     home = tmp_path_factory.mktemp("sample-key") / "gpg"
-    ensure_sample_key(Runner(), Progress(stream=io.StringIO()), home, 1700000000)
+    key = ensure_sample_key(Runner(), Progress(stream=io.StringIO()), home, 1700000000)
+    stop_agent(Runner(), key.homedir)
     return home
 
 
