@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.progress.info(f"{PROG} {__version__}", version=__version__)
     started = time.time()
     try:
-        with _build_dir_held(ctx, args):
+        with _build_dir_held(ctx, args, sys.argv[1:] if argv is None else argv):
             return int(args.func(ctx, args))
     except (BuildError, OSError) as exc:
         error = no_space_error(exc, ctx.build_dir, ctx.progress.failed_at or args.command)
@@ -110,19 +110,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _build_dir_held(ctx: Context, args: argparse.Namespace) -> Iterator[None]:
+def _build_dir_held(ctx: Context, args: argparse.Namespace,
+                    words: list[str]) -> Iterator[None]:
     """Every command that writes into a build directory holds its lock for the whole run."""
     if not hasattr(args, "build_dir"):
         yield
         return
-    command = shlex.join(["python", "-m", "builder", *sys.argv[1:]]) if argv_given() \
-        else args.command
+    command = shlex.join(["python", "-m", "builder", *words])
     with build_dir_lock(ctx.build_dir, command, ctx.progress, wait=args.wait):
         yield
-
-
-def argv_given() -> bool:
-    return len(sys.argv) > 1
 
 
 def _report(exc: BuildError, args: argparse.Namespace) -> int:

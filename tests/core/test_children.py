@@ -48,8 +48,10 @@ def test_a_failed_run_leaves_no_agent(tmp_path: Path) -> None:
                    "--until", "blueprint") == 0
     # compose makes the SAMPLE key (gpg starts an agent), then refuses an RPM that changed
     # after depsolve: the run fails halfway.
-    rpm = next((build / "repo").glob("microshift-core-*.rpm"))
-    rpm.write_bytes(rpm.read_bytes() + b"tampered")
+    rpm = next((build / "repo" / "Packages").glob("microshift-core-*.rpm"))
+    data = rpm.read_bytes()
+    rpm.unlink()  # a hard link into the step cache: replace it, never write through it
+    rpm.write_bytes(data + b"tampered")
     assert run_cli("--release", RELEASE, "compose", "--build-dir", build) == 1
     assert (build / "gpg" / "pubring.kbx").is_file()
     assert agents_in(build) == []
