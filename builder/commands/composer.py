@@ -28,7 +28,6 @@ from builder.core.errors import InputError
 if TYPE_CHECKING:
     from builder.composer.client import WeldrClient
     from builder.composer.results import ComposeResult
-    from builder.core.signing import SigningKey
 
 
 def register(sub: Any) -> None:
@@ -177,17 +176,9 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
         result = run_compose(client, job, ctx.progress, ctx.runner)
     finally:
         client.close()
-        _stop_agent(ctx, job.key)
     _report(result)
     return 0
 
-
-def _stop_agent(ctx: Context, key: SigningKey | None) -> None:
-    """The gpg-agent a key lookup started must not outlive a failed compose."""
-    if key is not None:
-        from builder.core.signing import stop_agent
-
-        stop_agent(ctx.runner, key.homedir)
 
 
 def cmd_push(ctx: Context, args: argparse.Namespace) -> int:
@@ -238,7 +229,6 @@ def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
 
     uuid = _uuid(args.uuid)
     client = _client(args)
-    key = None
     try:
         status = client.status(uuid)
         # Only a commit is signed; ask for the key once the compose is known to be one.
@@ -247,6 +237,5 @@ def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
         result = fetch_result(client, status, target, ctx.progress, ctx.runner)
     finally:
         client.close()
-        _stop_agent(ctx, key)
     _report(result)
     return 0
