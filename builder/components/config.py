@@ -3,9 +3,9 @@
 The field names follow MicroShift 4.14's pkg/config (dns.baseDomain, network.clusterNetwork,
 network.serviceNetwork, network.serviceNodePortRange, node.hostnameOverride, node.nodeIP,
 apiServer.advertiseAddress, apiServer.subjectAltNames, debugging.logLevel,
-etcd.memoryLimitMB, manifests.kustomizePaths). The environment is the one of seed 003's plugin calling convention,
-plus MICROSHIFT_SYSROOT, this project's extension that lets a plugin read its configuration
-files from an extracted image tree instead of "/".
+etcd.memoryLimitMB, manifests.kustomizePaths). The environment is the one of seed 003's
+plugin calling convention, plus MICROSHIFT_SYSROOT, this project's extension that lets a
+plugin read its configuration files from an extracted image tree instead of "/".
 
 Devices run this module too (microshift-components, builder.components.service) with the
 system's Python 3.9 on RHEL 9: no syntax or run-time feature newer than 3.9 here.

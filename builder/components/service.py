@@ -104,4 +104,4 @@ def _glob_matches(pattern: str, path: str) -> bool:
     """Go's filepath.Match: `*` and `?` never cross a `/`."""
     parts, names = pattern.rstrip("/").split("/"), path.split("/")
     return len(parts) == len(names) and all(
-        fnmatch.fnmatchcase(name, part) for part, name in zip(parts, names))
+        fnmatch.fnmatchcase(name, part) for part, name in zip(parts, names, strict=False))

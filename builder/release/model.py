@@ -11,7 +11,7 @@ from builder.release.catalog import BY_KEY
 from builder.release.ostree_config import OstreeSettings, parse_ostree
 from builder.release.payload import Payload, PayloadFile, parse_payload
 
-__all__ = ["Payload", "PayloadFile", "Release", "Image", "ComponentRelease", "load_release"]
+__all__ = ["ComponentRelease", "Image", "Payload", "PayloadFile", "Release", "load_release"]
 
 # rpm's own rule for Version and Release: no '-', no whitespace, ASCII only.
 RPM_VERSION_RE = re.compile(r"^[A-Za-z0-9._+~^]+$")

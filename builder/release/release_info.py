@@ -17,12 +17,13 @@ RELEASE_INFO_DIR = "usr/share/microshift/release"
 
 
 def release_info(release: Release, arch: str) -> dict[str, object]:
-    """release-ARCH.json: every image of every component, in release.yaml order."""
+    """release-ARCH.json: every image of every component, sorted by name, so the file
+    depends on the images only, not on how release.yaml orders them."""
     del arch  # images are not per-architecture yet; their refs may name manifest lists
     images: dict[str, str] = {}
     for image in release.images():
         images.setdefault(image.name, image.ref)  # a name means one image (release model)
-    return {"release": {"base": release.version}, "images": images}
+    return {"release": {"base": release.version}, "images": dict(sorted(images.items()))}
 
 
 def release_info_files(release: Release) -> dict[str, bytes]:

@@ -17,7 +17,7 @@ from tests.support.keys import make_release_key
 pytestmark = pytest.mark.integration
 
 COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
-                  "greenboot")
+                  "greenboot", "release-info")
 
 
 def digests(directory: Path) -> dict[str, str]:
