@@ -30,12 +30,14 @@ def kustomization_dirs(root: Path) -> list[Path]:
     config = load_config(root / CONFIG_PATH)
     found: list[Path] = []
     for pattern in config.effective_kustomize_paths:
-        for name in KUSTOMIZATION_NAMES:
-            matches = sorted(glob.glob(str(root / pattern.lstrip("/") / name)))
-            for match in matches:
-                directory = _inside(root, Path(match).parent)
-                if (directory / name).is_file() and directory not in found:
-                    found.append(directory)
+        # Glob the directories, then follow links inside the root: an absolute link (core's
+        # /usr/lib/microshift/manifests.d/000-microshift-components) points into the booted
+        # root's /run, not this machine's.
+        for match in sorted(glob.glob(str(root / pattern.lstrip("/")))):
+            directory = _inside(root, Path(match))
+            if any((directory / name).is_file() for name in KUSTOMIZATION_NAMES) \
+                    and directory not in found:
+                found.append(directory)
     return found
 
 

@@ -270,7 +270,7 @@ def test_image_facts_come_from_the_rendered_blueprint(tmp_path: Path) -> None:
     minimal = load_image_facts(tmp_path / "blueprints/microshift-minimal.toml",
                                "microshift-minimal")
     assert not minimal.storage
-    assert minimal.trusted_sources == ("10.42.0.0/16",)
+    assert minimal.trusted_sources == ("10.42.0.0/16", "fd01::/48")
 
 
 # --- the command ------------------------------------------------------------------------
