@@ -93,6 +93,7 @@ class BootReport:
     healthy: bool
     reboot: bool             # redboot-auto-reboot reboots the device
     grubenv: dict[str, str]  # after the boot
+    ovn_cleanup: bool = False  # red.d ran microshift-cleanup-data --ovn
 
     def summary(self) -> str:
         verdict = "healthy (GREEN)" if self.healthy else "unhealthy (RED)"
@@ -128,14 +129,17 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
     health = health_for.get(deployment.checksum, Health())
     start_microshift(device, root, deployment, health, api, components_failed=bool(components))
     healthy = run_scripts(device, root, CHECK_DIRS, env, strict=True)
-    reboot = False
+    reboot = cleanup = False
     if healthy:
         run_scripts(device, root, GREEN_DIRS, env, strict=False)
         mark_success(device.grubenv)
     else:
-        run_scripts(device, root, RED_DIRS, env, strict=False)
+        output: list[str] = []
+        run_scripts(device, root, RED_DIRS, env, strict=False, output=output)
+        cleanup = any("microshift-cleanup-data --ovn" in text for text in output)
         reboot = redboot_decision(device, len(device.deployments()))
-    report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read())
+    report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read(),
+                        ovn_cleanup=cleanup)
     progress.info(report.summary())
     return report
 
@@ -277,9 +281,10 @@ def core_workloads(root: Path) -> set[tuple[str, str, str]]:
 
 
 def run_scripts(device: Device, root: Path, dirs: tuple[str, ...], env: dict[str, str], *,
-                strict: bool) -> bool:
+                strict: bool, output: list[str] | None = None) -> bool:
     """greenboot's script runner: *.sh of each directory, sorted; for check dirs, the
-    required.d scripts are strict (any failure fails the boot) and wanted.d relaxed."""
+    required.d scripts are strict (any failure fails the boot) and wanted.d relaxed. Each
+    script's output is appended to `output` when given."""
     ok = True
     for directory in dirs:
         subdirs = (("required.d", strict), ("wanted.d", False)) if strict else (("", False),)
@@ -288,6 +293,8 @@ def run_scripts(device: Device, root: Path, dirs: tuple[str, ...], env: dict[str
                 proc = device.runner.run(["bash", str(script)], env=env, check=False,
                                          timeout=SCRIPT_TIMEOUT)
                 _log_output(device, script.name, proc.stdout + proc.stderr)
+                if output is not None:
+                    output.append((proc.stdout + proc.stderr).decode(errors="replace"))
                 verdict = "SUCCESS" if proc.returncode == 0 else \
                     f"FAILURE (exit code {proc.returncode})"
                 device.progress.info(f"greenboot: script '{script.name}' {verdict}")

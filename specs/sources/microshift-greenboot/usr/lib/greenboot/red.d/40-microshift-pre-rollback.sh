@@ -14,6 +14,8 @@ set -euo pipefail
 source "${MICROSHIFT_ROOT:-}/usr/share/microshift/functions/greenboot.sh"
 
 KEEP_DIAGNOSTICS=5
+CLEANUP_DATA="${MICROSHIFT_ROOT}/usr/bin/microshift-cleanup-data"
+OVNK_PLUGIN_DIR="${MICROSHIFT_COMPONENTS_DIR}/005-networking-ovnk"
 
 # Keep this boot's failure reason and boot variables, the newest KEEP_DIAGNOSTICS of them.
 function save_diagnostics() {
@@ -36,15 +38,15 @@ function save_diagnostics() {
 
 # Clean OVN-Kubernetes' run-time state before the rollback, with the release's own script.
 function clean_ovn_state() {
-    if [ ! -d "${MICROSHIFT_OVNK_PLUGIN_DIR}" ] ; then
+    if [ ! -d "${OVNK_PLUGIN_DIR}" ] ; then
         return 0
     fi
-    if [ ! -x "${MICROSHIFT_CLEANUP_DATA}" ] ; then
+    if [ ! -x "${CLEANUP_DATA}" ] ; then
         echo "microshift-cleanup-data is not installed: OVN state left in place"
         return 0
     fi
     echo "Preparing MicroShift for a clean start: microshift-cleanup-data --ovn"
-    "${MICROSHIFT_CLEANUP_DATA}" --ovn || echo "microshift-cleanup-data --ovn failed" \
+    "${CLEANUP_DATA}" --ovn || echo "microshift-cleanup-data --ovn failed" \
         "(exit $?): the previous deployment may find stale OVN state"
 }
 

@@ -12,6 +12,10 @@ source "${MICROSHIFT_ROOT:-}/usr/share/microshift/functions/greenboot.sh"
 
 DEADLINE_MS=0
 FAILURE_LOG="${MICROSHIFT_GREENBOOT_RUN_DIR}/healthcheck-failure.log"
+# Why MicroShift could not start: microshift-components.service's plugin failure, and the
+# pre-run data management of MicroShift 4.14 and later.
+COMPONENTS_FAILURE="${MICROSHIFT_ROOT}/run/microshift-components/failure.log"
+PRERUN_FAILURE="${MICROSHIFT_BACKUP_DIR}/prerun_failed.log"
 
 # Wait for one condition until the shared deadline; on timeout, record what failed and exit.
 # arg1: description; argN: the command that succeeds once the condition holds.
@@ -33,7 +37,7 @@ function require() {
 # (microshift-components.service) and the binary's pre-run data management (4.14 and later).
 function print_start_failures() {
     local log
-    for log in "${MICROSHIFT_COMPONENTS_FAILURE}" "${MICROSHIFT_PRERUN_FAILURE}" ; do
+    for log in "${COMPONENTS_FAILURE}" "${PRERUN_FAILURE}" ; do
         if [ -s "${log}" ] ; then
             echo "Failure log in ${log#"${MICROSHIFT_ROOT}"}:"
             sed 's/^/    /' "${log}"
