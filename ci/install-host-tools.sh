@@ -39,6 +39,9 @@ TOOLS=(
     "bzip2 bzip2 bzip2"
     # The simulated device's ostree runs the deployment's semodule through bubblewrap.
     "bwrap bubblewrap bubblewrap"
+    # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
+    # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
+    "kubectl kubernetes-client kubernetes-client"
 )
 PY_RPM_DEB=python3-rpm
 PY_RPM_FEDORA=python3-rpm
@@ -73,6 +76,12 @@ fi
 # composes unlabelled, with a warning.
 if [ ! -e /usr/share/selinux/default/base.pp.bz2 ] && command -v apt-get >/dev/null 2>&1; then
     missing_deb+=(selinux-policy-default)
+fi
+# microshift-components (a zip application the device runs with its system Python) needs
+# PyYAML; the device simulation runs it with this machine's /usr/bin/python3.
+if ! /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1; then
+    missing_deb+=(python3-yaml)
+    missing_fedora+=(python3-pyyaml)
 fi
 # The rpm Python bindings (used through the `rpm` shim from PyPI inside virtualenvs).
 if ! /usr/bin/python3 -c 'import rpm' >/dev/null 2>&1; then

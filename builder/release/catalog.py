@@ -25,7 +25,7 @@ class Component:
 
 COMPONENTS: tuple[Component, ...] = (
     Component("core", "microshift-core", "MicroShift core: the all-in-one binary and service",
-              services=("microshift.service",)),
+              services=("microshift.service", "microshift-components.service")),
     Component("networking-ovnk", "microshift-networking-ovnk",
               "OVN-Kubernetes networking for MicroShift", slot="networking",
               plugin="005-networking-ovnk",
@@ -43,6 +43,8 @@ COMPONENTS: tuple[Component, ...] = (
               services=("microshift-data-restore.service",)),
     # Required by microshift-core: RHEL for Edge devices run SELinux enforcing.
     Component("selinux", "microshift-selinux", "SELinux policy module for MicroShift"),
+    Component("release-info", "microshift-release-info",
+              "Release information for MicroShift: every release image by digest"),
 )
 
 BY_KEY = {c.key: c for c in COMPONENTS}
