@@ -16,10 +16,11 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root (rpm --root, ownership)"),
 ]
 POLICY_ROOT = "/usr/etc/selinux/targeted"
-# Paths of the module that the sample image ships; the others (/usr/local, microshift-etcd,
-# the updater, the restore area) are checked through the image's policy alone.
-SHIPPED = ("/usr/bin/microshift", "/etc/microshift(/.*)?", "/usr/lib/microshift(/.*)?",
-           "/usr/libexec/microshift-greenboot(/.*)?", "/usr/share/microshift/functions(/.*)?")
+# Paths of the module that the sample image ships; the others (/usr/local, the updater, the
+# restore area) are checked through the image's policy alone.
+SHIPPED = ("/usr/bin/microshift", "/usr/bin/microshift-etcd", "/etc/microshift(/.*)?",
+           "/usr/lib/microshift(/.*)?", "/usr/libexec/microshift-greenboot(/.*)?",
+           "/usr/share/microshift/functions(/.*)?")
 
 
 def device_path(path: str) -> str:
