@@ -161,8 +161,8 @@ def build_sample_base(ctx: Context) -> Path:
     outputs: list[Path] = []
     unbuilt = [s for s in stand_ins(arch) if not is_built(_step(s, arch, epoch), ctx.build_dir)]
     # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
-    ensure_space(ctx.build_dir, len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0,
-                 "the SAMPLE base repository")
+    ensure_space(ctx.build_dir, (len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0)
+                 + _policy_space(ctx), "the SAMPLE base repository")
     with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
         for stand_in in stand_ins(arch):
             step = _step(stand_in, arch, epoch)
@@ -209,6 +209,12 @@ def _policy_stand_ins(ctx: Context, arch: str) -> list[Path]:
     from builder.rpm.sample_policy import policy_stand_ins
 
     return policy_stand_ins(ctx, arch)
+
+
+def _policy_space(ctx: Context) -> int:
+    from builder.rpm.sample_policy import policy_space
+
+    return policy_space(ctx)
 
 
 def _remove_tree(path: Path) -> None:

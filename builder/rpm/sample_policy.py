@@ -25,8 +25,9 @@ import shutil
 from pathlib import Path
 
 from builder.context import Context
+from builder.core.diskspace import MiB
 from builder.core.selinux import compile_module, semodule_install
-from builder.core.steps import Step, file_digest, materialize
+from builder.core.steps import Step, file_digest, is_built, materialize
 from builder.rpm.rpmbuild import build_spec, rpm_macros
 from builder.rpm.sample_base import SAMPLE_VERSION, StandIn, write_spec
 from builder.rpm.sample_elf import print_and_exit
@@ -145,12 +146,26 @@ def _text(what: str) -> str:
     return f"SAMPLE stand-in for {what}; built by microshift-edge-builder, not the real package.\n"
 
 
-def _sample_policy(ctx: Context, modules: list[Path]) -> Path:
-    """The SAMPLE policy tree (root/etc/selinux) and container module, as a cached step."""
-    step = Step("sample-selinux-policy", {
+def policy_space(ctx: Context) -> int:
+    """What building the SAMPLE policy writes at its peak when it is not built yet: the store
+    and its semodule transaction copy, then the policy package's rpmbuild tree (about 2 MiB
+    each, measured), with room to spare."""
+    modules = refpolicy_modules()
+    if modules is None or is_built(_policy_step(modules), ctx.build_dir):
+        return 0
+    return 8 * MiB
+
+
+def _policy_step(modules: list[Path]) -> Step:
+    return Step("sample-selinux-policy", {
         "modules": {p.name: file_digest(p) for p in modules}, "container_te": CONTAINER_TE,
         "container_fc": CONTAINER_FC, "config": CONFIG, "semanage_conf": SEMANAGE_CONF,
         "layout": POLICY_LAYOUT})
+
+
+def _sample_policy(ctx: Context, modules: list[Path]) -> Path:
+    """The SAMPLE policy tree (root/etc/selinux) and container module, as a cached step."""
+    step = _policy_step(modules)
 
     def produce(out: Path) -> None:
         source = out / "container-src"
