@@ -22,11 +22,10 @@ from pathlib import Path
 from builder.compose.rootfs import (
     clean_rpmdb,
     etc_to_usr_etc,
-    package_files,
     rpm_env,
     var_to_tmpfiles,
 )
-from builder.compose.selinux import Labelling, commit_label_args, install_policy_modules
+from builder.compose.selinux import Labelling, commit_label_args, tree_labelling
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
@@ -145,8 +144,9 @@ def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> Labelling:
     ctx.runner.run(["rpm", "--root", str(tree), "--dbpath", SAMPLE_DBPATH, "-i", "--noscripts",
                     "--notriggers", "--nosignature", "--ignorearch", *map(str, rpms)],
                    env=rpm_env(ctx.release.source_date_epoch))
-    # What the policy packages' %post would do (container-selinux's module).
-    labelling = install_policy_modules(ctx, tree, package_files(ctx.runner, rpms))
+    # The SAMPLE policy package ships its store with container-selinux's module loaded, as a
+    # base has it after that package's %post: nothing to install, only to label.
+    labelling = tree_labelling(tree)
     if labelling.warning:
         ctx.progress.info(f"SAMPLE base: {labelling.warning}")
     for kver in sorted((tree / "usr/lib/modules").glob("*")):

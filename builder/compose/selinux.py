@@ -82,6 +82,16 @@ def tree_policy(tree: Path) -> tuple[str | None, str | None]:
     return config.name, None
 
 
+def tree_labelling(tree: Path) -> Labelling:
+    """How the tree's policy (with /etc as /etc), as it is, labels the commit."""
+    policy, problem = tree_policy(tree)
+    if policy is None:
+        return Labelling(warning=f"{problem}: the commit is unlabelled")
+    binary = binary_policy(tree / "etc/selinux" / policy)
+    assert binary is not None  # tree_policy checked it
+    return Labelling(policy, file_digest(binary))
+
+
 def install_policy_modules(ctx: Context, tree: Path, files: list[str]) -> Labelling:
     """Install the modules shipped among `files` into the tree's policy (with /etc as /etc)
     and rebuild it; return how the commit is to be labelled."""
@@ -107,8 +117,8 @@ def _semodule(ctx: Context, tree: Path, policy: str, modules: list[str],
     final = tree / "etc/selinux/final"
     had_final = final.exists()
     try:
-        semodule_install(ctx.runner, tree, policy, [tree / m.lstrip("/") for m in modules],
-                         MODULE_PRIORITY)
+        semodule_install(ctx.runner, tree, policy,
+                         [(tree / m.lstrip("/"), MODULE_PRIORITY) for m in modules])
     except ToolError as exc:
         detail = "\n".join("    " + line for line in exc.stderr.strip().splitlines()[-8:])
         raise BuildError(f"SELinux module {', '.join(names)} does not load into the base's "

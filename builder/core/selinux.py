@@ -51,13 +51,13 @@ def binary_policy(policy_root: Path) -> Path | None:
     return max(candidates)[1] if candidates else None
 
 
-def semodule_install(runner: Runner, root: Path, policy: str, modules: Sequence[Path],
-                     priority: int) -> None:
-    """Install modules into ROOT's store of `policy` in one transaction, and rebuild the
-    policy there (-n: load nothing into the running kernel)."""
-    argv: list[str | Path] = ["semodule", "-p", root, "-s", policy, "-n", "-X", str(priority)]
-    for module in modules:
-        argv += ["-i", module]
+def semodule_install(runner: Runner, root: Path, policy: str,
+                     modules: Sequence[tuple[Path, int]]) -> None:
+    """Install (module, priority) pairs into ROOT's store of `policy` in one transaction,
+    and rebuild the policy there (-n: load nothing into the running kernel)."""
+    argv: list[str | Path] = ["semodule", "-p", root, "-s", policy, "-n"]
+    for module, priority in modules:
+        argv += ["-X", str(priority), "-i", module]  # -X applies to the operations after it
     runner.run(argv)
 
 

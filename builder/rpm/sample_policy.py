@@ -10,7 +10,8 @@ types MicroShift's module uses) and policycoreutils. Their SAMPLE stand-ins, bui
 - container-selinux (SAMPLE): a module compiled here with the policy devel Makefile that
   declares, under container-selinux's names, the types MicroShift's module labels with
   (kubelet_exec_t, kubernetes_file_t, container_var_lib_t); it ships the module file, and
-  the base build loads it as its %post would (builder/compose/selinux.py);
+  the SAMPLE store has it loaded at priority 200 already, as a base commit has it after the
+  package's %post (one policy build less for every SAMPLE base);
 - policycoreutils (SAMPLE): a static /usr/sbin/semodule that only prints a usage text
   without --refresh, so that a simulated device's ostree can run it on upgrade
   (builder/rpm/sample_elf.py).
@@ -180,7 +181,10 @@ def _sample_policy(ctx: Context, modules: list[Path]) -> Path:
         etc.mkdir(parents=True)
         (etc / "config").write_text(CONFIG)
         (etc / "semanage.conf").write_text(SEMANAGE_CONF)
-        semodule_install(ctx.runner, out / "root", POLICY, modules, priority=100)
+        # The reference policy at the distribution's priority, container-selinux's at the
+        # packages' (%selinux_modules_install), in one transaction.
+        semodule_install(ctx.runner, out / "root", POLICY,
+                         [*((m, 100) for m in modules), (out / "container.pp.bz2", 200)])
         # semodule's scratch directory and lock files are not part of a shipped policy.
         shutil.rmtree(etc / "final", ignore_errors=True)
         for lock in (etc / POLICY).glob("semanage.*.LOCK"):

@@ -37,9 +37,11 @@ def sesearch(policy: Path, *args: str) -> list[str]:
 @pytest.fixture(scope="module")
 def scratch_policy(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A scratch root holding the SAMPLE policy as the sample base ships it (the store in
-    /etc/selinux), with container-selinux's SAMPLE module loaded as its %post would."""
+    /etc/selinux, container-selinux's module in it), that module (re)installed from its
+    package as the package's %post would."""
     work = tmp_path_factory.mktemp("scratch-policy")
     root = extract_rpm(package(built_release, "selinux-policy-targeted"), work)
+    assert "container" in semodule(root, "--list-modules=full").stdout.split()
     container = extract_rpm(package(built_release, "container-selinux"), work)
     proc = semodule(root, "-X", "200", "-i", str(container / CONTAINER_MODULE))
     assert proc.returncode == 0, proc.stderr
@@ -81,6 +83,8 @@ def test_module_does_not_load_without_container_selinux(built_release: Path,
                                                          tmp_path: Path) -> None:
     # Why microshift-selinux requires container-selinux: its file contexts use its types.
     root = extract_rpm(package(built_release, "selinux-policy-targeted"), tmp_path)
+    proc = semodule(root, "-X", "200", "-r", "container")
+    assert proc.returncode == 0, proc.stderr
     module = extract_rpm(package(built_release, "microshift-selinux"), tmp_path) / MODULE
     proc = semodule(root, "-X", "200", "-i", str(module))
     assert proc.returncode != 0
