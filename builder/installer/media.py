@@ -30,6 +30,7 @@ from builder.installer.kickstart import (
     render,
     write_kickstart,
 )
+from builder.publish.sbom import ensure_sbom
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,14 @@ def build_installer(ctx: Context, options: MediaOptions) -> Manifest:
             # A data ISO does not boot: the kickstart mounts it by label beside a boot ISO.
             ks = replace(ks, install_url=DATA_MEDIA_URL,
                          media_label=volume_id_for(options.image))
-        resolve_commit(ctx.runner, repo, ks.ref, options.image)
+        commit = resolve_commit(ctx.runner, repo, ks.ref, options.image)
         request = IsoRequest(
             image=options.image, ref=ks.ref, source_repo=repo, kickstart=render("embedded", ks),
             kickstart_private=ks.pull_secret is not None,
             output=ctx.path("installer", f"{options.image}.iso"),
             source_date_epoch=ctx.release.source_date_epoch,
-            boot_iso=options.boot_iso.resolve() if options.boot_iso else None)
+            boot_iso=options.boot_iso.resolve() if options.boot_iso else None,
+            sbom=ensure_sbom(ctx, options.image, ks.ref, commit))
         manifest = build_installer_iso(ctx.runner, ctx.progress, request)
         _describe(ctx, manifest)
     return manifest

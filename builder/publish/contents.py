@@ -85,23 +85,28 @@ class CommitContents:
     packages: tuple[InstalledPackage, ...]
     images: tuple[StoredImage, ...]
     payload: PayloadFile | None
+    rpmdb: str | None = None    # where the rpm database is; None: the commit has none
 
 
 def read_contents(repo: Repo, commit: str) -> CommitContents:
     """Everything `sbom` and `diff` need to know about one commit."""
+    packages: tuple[InstalledPackage, ...] = ()
+    payload = None
     with tempfile.TemporaryDirectory(prefix="rpmdb-") as scratch:
-        dbpath = _copy_rpmdb(repo, commit, Path(scratch))
-        packages = _query_packages(repo, dbpath, commit)
-        payload = _payload(repo, dbpath)
+        rpmdb = _copy_rpmdb(repo, commit, Path(scratch))
+        if rpmdb is not None:
+            packages = _query_packages(repo, Path(scratch), commit)
+            payload = _payload(repo, Path(scratch))
     return CommitContents(commit=commit, version=repo.metadata(commit, "version"),
                           timestamp=repo.timestamp(commit), packages=packages,
                           images=stored_images(repo.cat(commit, IMAGES_JSON), commit),
-                          payload=payload)
+                          payload=payload, rpmdb=rpmdb)
 
 
-def _copy_rpmdb(repo: Repo, commit: str, scratch: Path) -> Path:
-    """A private copy of the commit's rpm database: rpm writes lock and journal files beside
-    the database even to read it, which must never touch the repository."""
+def _copy_rpmdb(repo: Repo, commit: str, scratch: Path) -> str | None:
+    """Copy the commit's rpm database into `scratch` (rpm writes lock and journal files
+    beside a database even to read it, which must never touch the repository); where it
+    was, or None for a commit without one (a bare tree committed by hand)."""
     for directory in RPMDB_DIRS:
         entries = repo.list_dir(commit, directory)
         if not entries or not any(name in RPMDB_FILES for kind, name in entries if kind == "-"):
@@ -111,10 +116,8 @@ def _copy_rpmdb(repo: Repo, commit: str, scratch: Path) -> Path:
                 data = repo.cat(commit, f"{directory}/{name}")
                 if data is not None:
                     (scratch / name).write_bytes(data)
-        return scratch
-    raise BuildError(f"commit {commit[:12]} has no rpm database (looked in "
-                     f"{', '.join(RPMDB_DIRS)})",
-                     hint="only commits with an rpm database can be described")
+        return directory
+    return None
 
 
 def _query_packages(repo: Repo, dbpath: Path, commit: str) -> tuple[InstalledPackage, ...]:

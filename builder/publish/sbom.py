@@ -92,6 +92,8 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
             release_images=ctx.release.images(),
             payload_source=core.payload if core else None))
         size = write_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
+        if contents.rpmdb is None:
+            ctx.progress.info(f"commit {commit[:12]} has no rpm database: no RPMs listed")
         ctx.progress.info(f"{len(contents.packages)} RPMs ({len(locked)} from the lock file "
                           f"with their sha256), {len(contents.images)} images"
                           f"{', the MicroShift executable' if contents.payload else ''}")
@@ -250,7 +252,9 @@ def _commit_package(inputs: SbomInputs) -> dict[str, Any]:
         "checksums": _sha256(contents.commit),
         "externalRefs": [{"referenceCategory": "OTHER", "referenceType": OSTREE_REF_TYPE,
                           "referenceLocator": f"{inputs.ref}@{contents.commit}"}],
-        "comment": f"ostree commit {contents.commit} on ref {inputs.ref}",
+        "comment": f"ostree commit {contents.commit} on ref {inputs.ref}; " + (
+            f"RPMs read from its rpm database {contents.rpmdb}" if contents.rpmdb
+            else "it has no rpm database, so no RPMs are listed"),
     }
 
 
