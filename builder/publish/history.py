@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.context import Context
-from builder.core.errors import InputError, ToolError
+from builder.core.errors import BuildError, InputError, ToolError
 from builder.core.ostree import Repo
 from builder.core.signing import SigningKey, export_public_key, stop_agent
 
@@ -52,7 +52,13 @@ def pull_published(ctx: Context, url: str, ref: str, depth: int,
             ctx.runner.run(["ostree", f"--repo={repo.path}", "pull", "--mirror",
                             f"--depth={depth - 1}", REMOTE, ref])
         except ToolError as exc:
-            if "not found" not in exc.stderr and "No such" not in exc.stderr:
+            if key is not None and "signature" in exc.stderr.lower():
+                raise BuildError(f"{url}: the commits of {ref} do not verify with the release "
+                                 f"key {key.key_id}: {exc.stderr.strip().splitlines()[-1]}",
+                                 hint="give the key the published commits were signed with "
+                                      "(the ref was not set)") from exc
+            # A ref missing from the summary, or (no summary) its refs/heads file a 404.
+            if "No such branch" not in exc.stderr and "HTTP 404" not in exc.stderr:
                 raise
             ctx.progress.info(f"{url} has no {ref} yet: the next commit starts its history")
             return PullResult(ref, None, 0)
