@@ -10,7 +10,8 @@ The report compares, per update path, what a device downloads:
   object pull  the archive objects new in H and not in P (what a pull without deltas
                fetches, one HTTP request each) plus the commit object and its signature;
   full commit  every object of H (a fresh pull).
-and the time each takes at 5 and 10 Mbit/s (payload only: no TLS or HTTP overhead).
+and the time each takes at 5 and 10 Mbit/s (payload only: no TLS or HTTP overhead), and
+what each update from a previous commit changes (builder/publish/changes.py).
 """
 
 from __future__ import annotations
