@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.context import Context
+from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
 from builder.core.paths import SPECS_DIR
 from builder.core.signing import SigningKey
 from builder.core.steps import (
     Step,
     file_digest,
+    is_built,
     link_files,
     materialize,
     publish,
@@ -68,6 +70,9 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         # Render everything first: a template or payload error stops before any rpmbuild.
         packages = [_prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
                     for comp in release.components for arch in release.architectures]
+        unbuilt = [pkg for pkg in packages
+                   if not is_built(pkg.step(release.source_date_epoch), ctx.build_dir)]
+        ensure_space(ctx.build_dir, rpm_space(unbuilt), "the RPM build")
         for pkg in packages:
             rpms.extend(_build(ctx, pkg))
         specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
@@ -96,6 +101,13 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
                           f"repository {ctx.path('repo')}")
     return sorted(ctx.path("rpms").glob("*.rpm"))
+
+
+def rpm_space(packages: list[PackageBuild]) -> int:
+    """What building these RPMs writes, at least: each payload three times (source tarball,
+    build root, compressed RPM) and 256 KiB per package for the rest."""
+    return sum(3 * pkg.payload.stat().st_size if pkg.payload else 0 for pkg in packages) \
+        + len(packages) * MiB // 4
 
 
 def _signed(ctx: Context, rpms: list[Path], key: SigningKey) -> list[Path]:

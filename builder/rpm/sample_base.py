@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.context import Context
-from builder.core.steps import Step, file_digest, link_files, materialize, publish
+from builder.core.diskspace import MiB, ensure_space
+from builder.core.steps import Step, file_digest, is_built, link_files, materialize, publish
 from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
 
 SAMPLE_VERSION = "9.2.sample"
@@ -139,13 +140,13 @@ def build_sample_base(ctx: Context) -> Path:
     epoch = release.source_date_epoch
     base = ctx.path("sample-base")
     outputs: list[Path] = []
+    unbuilt = [s for s in stand_ins(arch) if not is_built(_step(s, arch, epoch), ctx.build_dir)]
+    # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
+    ensure_space(ctx.build_dir, len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0,
+                 "the SAMPLE base repository")
     with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
         for stand_in in stand_ins(arch):
-            step = Step(f"sample-rpm:{stand_in.name}", {
-                "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
-                             "requires": stand_in.requires, "files": stand_in.files,
-                             "dirs": stand_in.dirs},
-                "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})
+            step = _step(stand_in, arch, epoch)
 
             def produce(out: Path, stand_in: StandIn = stand_in) -> None:
                 topdir = out / "topdir"
@@ -159,6 +160,14 @@ def build_sample_base(ctx: Context) -> Path:
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
+
+
+def _step(stand_in: StandIn, arch: str, epoch: int) -> Step:
+    return Step(f"sample-rpm:{stand_in.name}", {
+        "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
+                     "requires": stand_in.requires, "files": stand_in.files,
+                     "dirs": stand_in.dirs},
+        "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})
 
 
 def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
