@@ -160,7 +160,7 @@ def stage_sboms(builds: Iterable[Path], dest: Path, refs: dict[str, str]) -> int
             ref, commit = described
             target = dest / ref / f"{commit}.spdx.json"
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
+            shutil.copy2(path, target)
             count += 1
     return count
 
@@ -176,7 +176,7 @@ def stage_reports(builds: Iterable[Path], dest: Path) -> int:
                 if (report.parent / name).is_file():
                     target = dest / ref_dir / name
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(report.parent / name, target)
+                    shutil.copy2(report.parent / name, target)
             count += 1
     return count
 
