@@ -133,6 +133,15 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     assert head(device, f"origin:{pair.ref}") == pair.commit2
     assert (target / "sbom" / pair.ref / f"{pair.commit1}.spdx.json").is_file()  # kept
     assert (target / "updates" / pair.ref / "report.txt").is_file()
+    # Publishing what is already there writes nothing.
+    before = snapshot(target)
+    assert cli("--release", pair.release2, "publish", "--build-dir", new, "--to", target) == 0
+    assert snapshot(target) == before
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*") if p.is_file()}
 
 
 @integration
