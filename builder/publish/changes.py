@@ -9,10 +9,11 @@ works for any two commits of a repository, however they were composed.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.publish.contents import CommitContents, InstalledPackage, StoredImage, read_contents
 
@@ -125,10 +126,17 @@ def commit_changes(repo: Repo, from_commit: str, to_commit: str) -> CommitChange
     return compare(read_contents(repo, from_commit), read_contents(repo, to_commit))
 
 
-def changes_to(repo: Repo, head: str, sources: Iterable[str]) -> tuple[CommitChanges, ...]:
-    """What updating from each of `sources` to `head` changes (head is read once)."""
-    new = read_contents(repo, head)
-    return tuple(compare(read_contents(repo, source), new) for source in sources)
+def changes_to(repo: Repo, head: str, sources: Iterable[str],
+               warn: Callable[[str], None]) -> tuple[CommitChanges, ...]:
+    """What updating from each of `sources` to `head` changes (head is read once). A commit
+    whose contents cannot be read costs the report its changes, with a warning, never the
+    deltas."""
+    try:
+        new = read_contents(repo, head)
+        return tuple(compare(read_contents(repo, source), new) for source in sources)
+    except BuildError as exc:
+        warn(f"the update report lists no package or image changes: {exc.message}")
+        return ()
 
 
 def package_changes(old: Iterable[InstalledPackage],

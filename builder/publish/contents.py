@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import BuildError
+from builder.core.errors import BuildError, ToolError
 from builder.core.ostree import Repo
 
 RPMDB_DIRS = ("/usr/lib/sysimage/rpm", "/usr/share/rpm", "/var/lib/rpm")
@@ -95,7 +95,14 @@ def read_contents(repo: Repo, commit: str) -> CommitContents:
     with tempfile.TemporaryDirectory(prefix="rpmdb-") as scratch:
         rpmdb = _copy_rpmdb(repo, commit, Path(scratch))
         if rpmdb is not None:
-            packages = _query_packages(repo, Path(scratch), commit)
+            try:
+                packages = _query_packages(repo, Path(scratch), commit)
+            except ToolError as exc:
+                reason = exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else ""
+                raise BuildError(f"commit {commit[:12]}: rpm cannot read its rpm database "
+                                 f"{rpmdb}: {reason}",
+                                 hint="the rpm on this machine must read the database format "
+                                      "of the commit (sqlite since rpm 4.16)") from exc
             payload = _payload(repo, Path(scratch))
     return CommitContents(commit=commit, version=repo.metadata(commit, "version"),
                           timestamp=repo.timestamp(commit), packages=packages,

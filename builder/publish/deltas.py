@@ -158,7 +158,7 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
                 stop_agent(ctx.runner, options.key.homedir)
         _remove_stale_offline(out_dir, {p.offline_file for p in paths if p.offline_file})
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths),
-                         changes_to(repo, head, previous))
+                         changes_to(repo, head, previous, ctx.progress.info))
     write_atomic(out_dir / "report.json", report.to_json())
     write_atomic(out_dir / "report.txt", report.text() + "\n")
     ctx.progress.wrote(str(out_dir / "report.json"), (out_dir / "report.json").stat().st_size)

@@ -5,12 +5,28 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from builder.publish.changes import ImageChange, PackageChange, image_changes, package_changes
-from builder.publish.contents import InstalledPackage, StoredImage, split_reference
+from builder.core.errors import BuildError
+from builder.core.ostree import Repo
+from builder.core.runner import Runner
+from builder.publish.changes import (
+    ImageChange,
+    PackageChange,
+    changes_to,
+    image_changes,
+    package_changes,
+)
+from builder.publish.contents import (
+    InstalledPackage,
+    StoredImage,
+    read_contents,
+    split_reference,
+)
 from builder.publish.deltas import report_dir
 from builder.release.model import load_release
 from tests.support.ostree import CHANGED_IMAGE, ComposedPair, cli
@@ -147,3 +163,29 @@ def test_deltas_report_says_what_each_update_path_changes(composed_pair: Compose
     assert f"Changes from 4.14.2-1 ({pair.commit1[:12]}) to 4.14.3-1" in text
     assert wanted["images"]["changed"][0]["new"] in text
 
+
+
+def commit_tree(repo: Path, files: dict[str, bytes]) -> str:
+    tree = repo.parent / f"tree-{len(list(repo.parent.iterdir()))}"
+    for rel, data in files.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(data)
+    return subprocess.run(["ostree", f"--repo={repo}", "commit", "--orphan", f"--tree=dir={tree}",
+                           "--timestamp=2023-11-14T22:13:20Z"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_unreadable_rpm_database_costs_the_report_its_changes_not_the_deltas(
+        tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["ostree", f"--repo={repo}", "init", "--mode=archive"], check=True)
+    bare = commit_tree(repo, {"usr/lib/os-release": b"ID=rhel\n"})
+    broken = commit_tree(repo, {"usr/share/rpm/rpmdb.sqlite": b"not a database\n"})
+    described = read_contents(Repo(repo, Runner()), bare)
+    assert (described.rpmdb, described.packages, described.images) == (None, (), ())
+    with pytest.raises(BuildError, match=rf"commit {broken[:12]}: rpm cannot read its rpm "
+                                         "database /usr/share/rpm"):
+        read_contents(Repo(repo, Runner()), broken)
+    warnings: list[str] = []
+    assert changes_to(Repo(repo, Runner()), broken, [bare], warnings.append) == ()
+    assert len(warnings) == 1 and "rpm cannot read its rpm database" in warnings[0]
