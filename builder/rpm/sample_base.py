@@ -59,6 +59,21 @@ def _soname_provides(libs: tuple[str, ...], prefix: str,
                  (f"{lib}()(64bit)", *(f"{lib}({prefix}_{v})(64bit)" for v in versions)))
 
 
+GREENBOOT_UNITS = ("greenboot-healthcheck.service", "greenboot-task-runner.service",
+                   "greenboot-grub2-set-counter.service", "greenboot-grub2-set-success.service",
+                   "greenboot-rpm-ostree-grub2-check-fallback.service", "greenboot-status.service",
+                   "redboot-auto-reboot.service", "redboot-task-runner.service")
+
+
+def _greenboot_units() -> dict[str, str]:
+    """greenboot's units, so presets and blueprints that enable them work on the sample."""
+    return {f"/usr/lib/systemd/system/{unit}":
+            f"# SAMPLE stand-in for {unit} of greenboot (microshift-edge-builder).\n"
+            f"[Unit]\nDescription=SAMPLE {unit}\n\n[Service]\nType=oneshot\n"
+            "ExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n"
+            for unit in GREENBOOT_UNITS}
+
+
 def stand_ins(arch: str) -> tuple[StandIn, ...]:
     kver = f"{KERNEL_VERSION}.{arch}"
     return (
@@ -82,6 +97,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
                        f"/usr/lib/modules/{kver}/initramfs.img": _text("the initramfs")}),
         StandIn("python3", provides=("/usr/bin/python3",),
                 files={"/usr/share/doc/python3-sample/README": _text("python3")}),
+        StandIn("python3-pyyaml",
+                files={"/usr/share/doc/python3-pyyaml-sample/README": _text("PyYAML")}),
         StandIn("cri-o", files={"/usr/share/doc/cri-o-sample/README": _text("cri-o")},
                 dirs=("/etc/containers",)),
         StandIn("cri-tools", files={"/usr/share/doc/cri-tools-sample/README": _text("crictl")}),
@@ -97,7 +114,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
         StandIn("NetworkManager-ovs", requires=("NetworkManager",),
                 files={"/usr/share/doc/nm-ovs-sample/README": _text("NetworkManager-ovs")}),
         StandIn("firewalld", files={"/usr/share/doc/firewalld-sample/README": _text("firewalld")}),
-        StandIn("greenboot", files={"/usr/share/doc/greenboot-sample/README": _text("greenboot")},
+        StandIn("greenboot", files={"/usr/share/doc/greenboot-sample/README": _text("greenboot"),
+                                    **_greenboot_units()},
                 dirs=("/etc/greenboot/check/required.d", "/etc/greenboot/check/wanted.d",
                       "/etc/greenboot/green.d", "/etc/greenboot/red.d")),
         StandIn("lvm2", files={"/usr/share/doc/lvm2-sample/README": _text("lvm2")}),
