@@ -26,7 +26,7 @@ from builder.core.ostree import Repo
 RPMDB_DIRS = ("/usr/lib/sysimage/rpm", "/usr/share/rpm", "/var/lib/rpm")
 RPMDB_FILES = ("rpmdb.sqlite", "Packages", "Packages.db")
 IMAGES_JSON = "/usr/share/containers/storage/overlay-images/images.json"
-PAYLOAD_PATH = "/usr/bin/microshift"
+PAYLOAD_PATH = "/usr/bin/microshift"  # always described; a release names its other files
 QUERY_FIELDS = ("NAME", "EPOCHNUM", "VERSION", "RELEASE", "ARCH", "LICENSE", "VENDOR",
                 "SOURCERPM", "URL", "SUMMARY")
 QUERY_FORMAT = "\\t".join(f"%{{{name}}}" for name in QUERY_FIELDS) + "\\n"
@@ -69,8 +69,8 @@ class StoredImage:
 
 
 @dataclass(frozen=True)
-class PayloadFile:
-    """The MicroShift executable: which package installs it, and its sha256."""
+class InstalledFile:
+    """A file of the MicroShift payload: which package installs it, and its sha256."""
 
     path: str
     package: str
@@ -84,14 +84,16 @@ class CommitContents:
     timestamp: int
     packages: tuple[InstalledPackage, ...]
     images: tuple[StoredImage, ...]
-    payload: PayloadFile | None
+    payload: tuple[InstalledFile, ...]  # those of the asked paths that a package installs
     rpmdb: str | None = None    # where the rpm database is; None: the commit has none
 
 
-def read_contents(repo: Repo, commit: str) -> CommitContents:
-    """Everything `sbom` and `diff` need to know about one commit."""
+def read_contents(repo: Repo, commit: str,
+                  payload_paths: tuple[str, ...] = (PAYLOAD_PATH,)) -> CommitContents:
+    """Everything `sbom` and `diff` need to know about one commit; `payload_paths`: the
+    files of the MicroShift payload to describe (the release's `payload.files`)."""
     packages: tuple[InstalledPackage, ...] = ()
-    payload = None
+    payload: tuple[InstalledFile, ...] = ()
     with tempfile.TemporaryDirectory(prefix="rpmdb-") as scratch:
         rpmdb = _copy_rpmdb(repo, commit, Path(scratch))
         if rpmdb is not None:
@@ -103,7 +105,7 @@ def read_contents(repo: Repo, commit: str) -> CommitContents:
                                  f"{rpmdb}: {reason}",
                                  hint="the rpm on this machine must read the database format "
                                       "of the commit (sqlite since rpm 4.16)") from exc
-            payload = _payload(repo, Path(scratch))
+            payload = _payload(repo, Path(scratch), payload_paths)
     return CommitContents(commit=commit, version=repo.metadata(commit, "version"),
                           timestamp=repo.timestamp(commit), packages=packages,
                           images=stored_images(repo.cat(commit, IMAGES_JSON), commit),
@@ -148,20 +150,28 @@ def _value(text: str) -> str | None:
     return None if text in ("", NONE) else text
 
 
-def _payload(repo: Repo, dbpath: Path) -> PayloadFile | None:
-    """The package owning /usr/bin/microshift and the file's sha256 from that package's
-    header (rpm records a digest of every file it installs)."""
-    owner = repo.runner.run(["rpm", "--dbpath", str(dbpath), "-qf", PAYLOAD_PATH,
-                             "--qf", "%{NAME}\\n"], check=False)
-    names = owner.stdout.decode().split()
-    if owner.returncode != 0 or len(names) != 1:
-        return None
-    listing = repo.runner.output(["rpm", "--dbpath", str(dbpath), "-q", names[0], "--qf",
-                                  "%{FILEDIGESTALGO}\\n[%{FILENAMES}\\t%{FILEDIGESTS}\\n]"])
-    algo, *files = listing.splitlines()
-    digests = dict(line.split("\t", 1) for line in files if "\t" in line)
-    digest = digests.get(PAYLOAD_PATH) or None
-    return PayloadFile(PAYLOAD_PATH, names[0], digest if algo == SHA256_ALGO else None)
+def _payload(repo: Repo, dbpath: Path, paths: tuple[str, ...]) -> tuple[InstalledFile, ...]:
+    """Each path's owning package and its sha256 from that package's header (rpm records a
+    digest of every file it installs); paths no package installs are left out."""
+    digests: dict[str, tuple[str, dict[str, str]]] = {}
+    found = []
+    for path in dict.fromkeys((PAYLOAD_PATH, *paths)):
+        owner = repo.runner.run(["rpm", "--dbpath", str(dbpath), "-qf", path,
+                                 "--qf", "%{NAME}\\n"], check=False)
+        names = owner.stdout.decode().split()
+        if owner.returncode != 0 or len(names) != 1:
+            continue
+        if names[0] not in digests:
+            listing = repo.runner.output(
+                ["rpm", "--dbpath", str(dbpath), "-q", names[0], "--qf",
+                 "%{FILEDIGESTALGO}\\n[%{FILENAMES}\\t%{FILEDIGESTS}\\n]"])
+            algo, *lines = listing.splitlines()
+            digests[names[0]] = (algo, dict(line.split("\t", 1) for line in lines
+                                            if "\t" in line))
+        algo, by_path = digests[names[0]]
+        digest = by_path.get(path) or None
+        found.append(InstalledFile(path, names[0], digest if algo == SHA256_ALGO else None))
+    return tuple(found)
 
 
 def stored_images(images_json: bytes | None, commit: str) -> tuple[StoredImage, ...]:

@@ -5,9 +5,10 @@ It lists what the commit holds (builder/publish/contents.py reads it from the co
   supplier (the RPM vendor), a `pkg:rpm` purl and, for the packages of the image's lock
   file (DIR/blueprints/NAME.lock.json), the sha256 of the RPM file that was installed;
 - every image of its read-only image store, with a `pkg:oci` purl and its manifest digest;
-- the MicroShift executable (/usr/bin/microshift) with the sha256 rpm recorded for it;
+- the files of the MicroShift payload (/usr/bin/microshift, and the release's other
+  `payload.files`: microshift-etcd, ...) with the sha256 rpm recorded for each;
 and relates them to the commit: DOCUMENT DESCRIBES the commit, the commit CONTAINS each
-package, image and the executable, the package owning the executable CONTAINS it.
+package, image and payload file, the package installing a payload file CONTAINS it.
 
 RPM licenses that are not SPDX license expressions (Fedora's older short names such as
 "ASL 2.0") become LicenseRef- identifiers with the original text, as osbuild does.
@@ -37,13 +38,14 @@ from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo
 from builder.core.steps import write_atomic
 from builder.publish.contents import (
+    PAYLOAD_PATH,
     CommitContents,
+    InstalledFile,
     InstalledPackage,
-    PayloadFile,
     StoredImage,
     read_contents,
 )
-from builder.release.model import Image, Payload
+from builder.release.model import Image, Payload, PayloadFile
 
 NAMESPACE_BASE = "https://spdx.org/spdxdocs/microshift-edge-builder"
 COMMIT_ID = "SPDXRef-OSTree-commit"
@@ -62,7 +64,7 @@ class SbomInputs:
     contents: CommitContents
     locked: tuple[LockedPackage, ...] = ()
     release_images: tuple[Image, ...] = ()  # names images by component; flags SAMPLE ones
-    payload_source: Payload | None = None   # only for a commit of the current release
+    payload_sources: tuple[PayloadFile, ...] = ()  # only for a commit of the current release
 
 
 def sbom_path(build_dir: Path, image: str) -> Path:
@@ -83,20 +85,19 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
                          hint=f"compose it first: `python -m builder compose --image {image}`")
     path = sbom_path(ctx.build_dir, image)
     with ctx.progress.step(f"SBOM of {image} ({ref} = {commit[:12]})"):
-        contents = read_contents(repo, commit)
+        files = ctx.release.payload
+        contents = read_contents(repo, commit, tuple(f.install for f in files))
         locked = _locked_packages(ctx, image, contents)
         same_release = contents.version == ctx.release.evr
-        core = ctx.release.component("core") if same_release else None
         document = build_document(SbomInputs(
             image=image, ref=ref, contents=contents, locked=locked,
-            release_images=ctx.release.images(),
-            payload_source=core.payload if core else None))
+            release_images=ctx.release.images(), payload_sources=files if same_release else ()))
         size = write_atomic(path, json.dumps(document, indent=2, sort_keys=True) + "\n")
         if contents.rpmdb is None:
             ctx.progress.info(f"commit {commit[:12]} has no rpm database: no RPMs listed")
         ctx.progress.info(f"{len(contents.packages)} RPMs ({len(locked)} from the lock file "
-                          f"with their sha256), {len(contents.images)} images"
-                          f"{', the MicroShift executable' if contents.payload else ''}")
+                          f"with their sha256), {len(contents.images)} images, "
+                          f"{len(contents.payload)} MicroShift payload files")
         ctx.progress.wrote(str(path), size)
     return path
 
@@ -155,13 +156,14 @@ def build_document(inputs: SbomInputs) -> dict[str, Any]:
     packages = [_commit_package(inputs), *(p for _, p in rpms), *(p for _, p in images)]
     relationships = [_relation("SPDXRef-DOCUMENT", "DESCRIBES", COMMIT_ID)]
     relationships += [_relation(COMMIT_ID, "CONTAINS", spdx_id) for spdx_id, _ in rpms + images]
-    if contents.payload is not None:
-        packages.append(_payload_package(contents.payload, contents, inputs.payload_source))
-        relationships.append(_relation(COMMIT_ID, "CONTAINS", PAYLOAD_ID))
-        owner = next((spdx_id for spdx_id, p in rpms if p["name"] == contents.payload.package),
-                     None)
+    for file in contents.payload:
+        source = next((f.source for f in inputs.payload_sources if f.install == file.path),
+                      None)
+        packages.append(_payload_package(file, contents, source))
+        relationships.append(_relation(COMMIT_ID, "CONTAINS", payload_id(file)))
+        owner = next((spdx_id for spdx_id, p in rpms if p["name"] == file.package), None)
         if owner is not None:
-            relationships.append(_relation(owner, "CONTAINS", PAYLOAD_ID))
+            relationships.append(_relation(owner, "CONTAINS", payload_id(file)))
     document: dict[str, Any] = {
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
@@ -180,7 +182,13 @@ def build_document(inputs: SbomInputs) -> dict[str, Any]:
     return document
 
 
-PAYLOAD_ID = "SPDXRef-MicroShift-executable"
+PAYLOAD_ID = "SPDXRef-MicroShift-executable"  # /usr/bin/microshift
+
+
+def payload_id(file: InstalledFile) -> str:
+    if file.path == PAYLOAD_PATH:
+        return PAYLOAD_ID
+    return f"SPDXRef-Payload-{spdx_safe(file.path.rsplit('/', 1)[-1])}-{_short_hash(file.path)}"
 
 
 def tool_name() -> str:
@@ -308,24 +316,24 @@ def _image_package(image: StoredImage, release_images: Iterable[Image]) -> dict[
     return package
 
 
-def _payload_package(payload: PayloadFile, contents: CommitContents,
+def _payload_package(file: InstalledFile, contents: CommitContents,
                      source: Payload | None) -> dict[str, Any]:
-    owner = next((p for p in contents.packages if p.name == payload.package), None)
+    owner = next((p for p in contents.packages if p.name == file.package), None)
     location = source.location if source is not None and source.kind == "url" else NOASSERTION
-    comment = f"{payload.path}, installed by {payload.package}"
+    comment = f"{file.path}, installed by {file.package}"
     if source is not None and source.is_sample:
         comment += "; a SAMPLE stand-in generated by microshift-edge-builder, not MicroShift"
     package: dict[str, Any] = {
-        "SPDXID": PAYLOAD_ID,
-        "name": "microshift",
+        "SPDXID": payload_id(file),
+        "name": file.path.rsplit("/", 1)[-1],
         "versionInfo": owner.version if owner else NOASSERTION,
         "downloadLocation": location,
         "filesAnalyzed": False,
         "primaryPackagePurpose": "APPLICATION",
         "comment": comment,
     }
-    if payload.sha256:
-        package["checksums"] = _sha256(payload.sha256)
+    if file.sha256:
+        package["checksums"] = _sha256(file.sha256)
     return package
 
 

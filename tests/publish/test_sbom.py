@@ -23,6 +23,7 @@ from builder.publish.sbom import (
     rpm_purl,
     sbom_path,
 )
+from builder.release.model import load_release
 from tests.support.ostree import IMAGE, ComposedPair, cli, copy_build
 
 
@@ -39,7 +40,7 @@ def package(name: str, license_: str = "MIT", vendor: str | None = None, epoch: 
 
 
 def contents(*packages: InstalledPackage, images: tuple[StoredImage, ...] = ()) -> CommitContents:
-    return CommitContents("c" * 64, "4.14.2-1", 1700000000, packages, images, None,
+    return CommitContents("c" * 64, "4.14.2-1", 1700000000, packages, images, (),
                           "/usr/lib/sysimage/rpm")
 
 
@@ -157,12 +158,21 @@ def test_sbom_lists_every_image_digest_of_the_blueprint_and_the_payload(
         assert images[digest]["checksums"][0]["checksumValue"] == digest.removeprefix("sha256:")
         assert images[digest]["externalRefs"][0]["referenceLocator"].startswith(
             f"pkg:oci/{repository.rsplit('/', 1)[1]}@sha256%3A{digest[7:]}")
-    [payload] = [p for p in _packages(document) if p["SPDXID"] == "SPDXRef-MicroShift-executable"]
-    binary = subprocess.run(["ostree", f"--repo={composed_pair.repo}", "cat",
-                             composed_pair.commit2, "/usr/bin/microshift"],
-                            capture_output=True, check=True).stdout
-    assert payload["checksums"][0]["checksumValue"] == hashlib.sha256(binary).hexdigest()
-    assert "SAMPLE" in payload["comment"]
+    # Every file of the release's payload, with the sha256 of what the commit holds.
+    files = load_release(composed_pair.release2).payload
+    assert {"/usr/bin/microshift", "/usr/bin/microshift-etcd"} <= {f.install for f in files}
+    payload = {p["comment"].split(",", 1)[0]: p for p in _packages(document)
+               if p.get("primaryPackagePurpose") == "APPLICATION"}
+    assert set(payload) == {f.install for f in files}
+    for file in files:
+        data = subprocess.run(["ostree", f"--repo={composed_pair.repo}", "cat",
+                               composed_pair.commit2, file.install],
+                              capture_output=True, check=True).stdout
+        entry = payload[file.install]
+        assert entry["checksums"][0]["checksumValue"] == hashlib.sha256(data).hexdigest()
+        assert "installed by microshift-core" in entry["comment"]
+        assert "SAMPLE" in entry["comment"]
+    assert payload["/usr/bin/microshift"]["SPDXID"] == "SPDXRef-MicroShift-executable"
     assert described_commit(sbom) == (composed_pair.ref, composed_pair.commit2)
 
 
