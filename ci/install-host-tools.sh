@@ -26,6 +26,7 @@ TOOLS=(
     "jq jq jq"
     "curl curl curl"
     "chattr e2fsprogs e2fsprogs"
+    "rsync rsync rsync"
     # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
     # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
     "kubectl kubernetes-client kubernetes-client"
