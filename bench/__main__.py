@@ -6,15 +6,16 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import build_times, update_size
+from bench import build_times, publish, update_size
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build", "update")
+BENCHMARKS = ("build", "update", "publish")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("which", nargs="*", help="benchmarks to run: build, update (default: all)")
+    parser.add_argument("which", nargs="*",
+                        help="benchmarks to run: build, update, publish (default: all)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
     parser.add_argument("--release", type=Path, default=ROOT / "release.yaml")
@@ -31,6 +32,10 @@ def main() -> int:
         result = update_size.measure(max(1, args.rounds // 2), args.out / "cache")
         (args.out / "update-size.json").write_text(json.dumps(result, indent=2) + "\n")
         print(update_size.report(result))
+    if "publish" in which:
+        result = publish.measure(max(1, args.rounds // 2), args.out / "cache")
+        (args.out / "publish.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(publish.report(result))
     return 0
 
 

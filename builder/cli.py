@@ -37,6 +37,8 @@ COMMAND_MODULES = (
     "builder.commands.installer",
     "builder.commands.device",
     "builder.commands.components",
+    "builder.commands.publishing",
+    "builder.commands.ci",
 )
 
 
@@ -50,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="progress as JSON lines on stderr (for CI)")
     parser.add_argument("--release", type=Path, default=Path("release.yaml"),
                         help="release definition (default: ./release.yaml)")
+    parser.add_argument("--arch", help="build only this of the release's architectures "
+                                       "(default: all; ostree commits: the first)")
     parser.add_argument("--wait", action="store_true",
                         help="when another run holds the build directory, wait for it "
                              "instead of failing")
@@ -69,6 +73,8 @@ def _accept_global_options(parser: argparse.ArgumentParser) -> None:
     if "--release" not in known:
         parser.add_argument("--release", type=Path, default=argparse.SUPPRESS,
                             help="release definition (default: ./release.yaml)")
+    if "--arch" not in known:
+        parser.add_argument("--arch", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     for flag in ("--debug", "--json", "--wait"):
         if flag not in known:
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS,
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(name)s: %(message)s")
     ctx = Context(build_dir=getattr(args, "build_dir", Path("build")).resolve(),
                   release_path=args.release.resolve(),
-                  progress=Progress(json_mode=args.json))
+                  progress=Progress(json_mode=args.json), arch=args.arch)
     if args.json:  # CI records which tool made the artifacts
         ctx.progress.info(f"{PROG} {__version__}", version=__version__)
     started = time.time()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from builder.core.errors import InputError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.release.model import Release, load_release
@@ -17,10 +18,19 @@ class Context:
     release_path: Path
     progress: Progress = field(default_factory=Progress)
     runner: Runner = field(default_factory=Runner)
+    # Build only this one of the release's architectures (a CI matrix runs one per job).
+    arch: str | None = None
 
     @cached_property
     def release(self) -> Release:
-        return load_release(self.release_path)
+        release = load_release(self.release_path)
+        if self.arch is None:
+            return release
+        if self.arch not in release.architectures:
+            raise InputError("command line", "--arch",
+                             f"{self.arch!r} is not an architecture of {self.release_path} "
+                             f"(architectures: {', '.join(release.architectures)})")
+        return replace(release, architectures=(self.arch,))
 
     def path(self, *parts: str) -> Path:
         return self.build_dir.joinpath(*parts)

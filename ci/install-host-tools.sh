@@ -39,6 +39,7 @@ TOOLS=(
     "bzip2 bzip2 bzip2"
     # The simulated device's ostree runs the deployment's semodule through bubblewrap.
     "bwrap bubblewrap bubblewrap"
+    "rsync rsync rsync"
     # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
     # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
     "kubectl kubernetes-client kubernetes-client"

@@ -11,7 +11,7 @@ from builder.commands.options import add_build_dir, add_signing_options, signing
 from builder.context import Context
 from builder.core.progress import human_bytes
 
-STAGES = ("rpms", "blueprint", "compose", "deltas", "installer")
+STAGES = ("rpms", "blueprint", "compose", "sbom", "deltas", "installer")
 
 
 def register(sub: Any) -> None:
@@ -69,6 +69,12 @@ def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     return [("ostree repository (archive)", ctx.path("ostree", "repo"))]
 
 
+def _sbom(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from builder.publish.sbom import write_sbom
+
+    return [("SBOM (SPDX 2.3)", write_sbom(ctx, args.image))]
+
+
 def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.publish.deltas import DeltaOptions, generate_deltas
 
@@ -92,8 +98,8 @@ def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]
              ctx.path("installer", f"{args.image}.iso"))]
 
 
-RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "deltas": _deltas,
-           "installer": _installer}
+RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "sbom": _sbom,
+           "deltas": _deltas, "installer": _installer}
 
 
 def _report(ctx: Context, artifacts: list[tuple[str, Path]], seconds: float) -> None:

@@ -8,6 +8,7 @@ breaks in one place.
 from __future__ import annotations
 
 import base64
+import calendar
 import re
 import tempfile
 import time
@@ -156,8 +157,10 @@ class Repo:
             raise BuildError(f"ostree commit printed {checksum!r}, expected a checksum")
         return checksum
 
-    def pull_local(self, source: Path, rev: str, *, untrusted: bool = True) -> None:
-        self._run("pull-local", *(["--untrusted"] if untrusted else []), source, rev)
+    def pull_local(self, source: Path, rev: str, *, untrusted: bool = True,
+                   depth: int | None = None) -> None:
+        self._run("pull-local", *(["--untrusted"] if untrusted else []),
+                  *([f"--depth={depth}"] if depth is not None else []), source, rev)
 
     def gpg_sign(self, commit: str, gpg: SigningKey) -> None:
         """Sign once per key: a rerun after a crash between signing and moving the ref
@@ -178,6 +181,41 @@ class Repo:
                 return None
             raise
         return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == "'" else value
+
+    def timestamp(self, commit: str) -> int:
+        """The commit's timestamp (seconds since the epoch, UTC), as `ostree show` prints it."""
+        match = re.search(r"^Date:\s+(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \+0000$",
+                          self._run("show", commit), re.M)
+        if not match:
+            raise BuildError(f"ostree show {commit} printed no UTC date")
+        return calendar.timegm(time.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+
+    def cat(self, commit: str, path: str) -> bytes | None:
+        """A file's content in a commit, or None when the commit has no such file."""
+        proc = self.runner.run(["ostree", f"--repo={self.path}", "cat", commit, path],
+                               check=False)
+        if proc.returncode != 0:
+            stderr = proc.stderr.decode(errors="replace")
+            if "No such file" in stderr or "not found" in stderr:
+                return None
+            raise ToolError(["ostree", f"--repo={self.path}", "cat", commit, path],
+                            proc.returncode, stderr)
+        return proc.stdout
+
+    def list_dir(self, commit: str, path: str) -> list[tuple[str, str]] | None:
+        """(type, name) of a directory's entries in a commit (type is '-', 'd' or 'l'), or
+        None when the path is not a directory there."""
+        proc = self.runner.run(["ostree", f"--repo={self.path}", "ls", commit, path],
+                               check=False)
+        lines = proc.stdout.decode(errors="replace").splitlines()
+        if proc.returncode != 0 or not lines or not lines[0].startswith("d"):
+            return None
+        entries = []
+        for line in lines[1:]:
+            words = line.split()
+            if len(words) >= 5 and words[4].startswith(path.rstrip("/") + "/"):
+                entries.append((words[0][0], words[4].rsplit("/", 1)[1]))
+        return entries
 
     def parent(self, commit: str) -> str | None:
         match = re.search(r"^Parent:\s+([0-9a-f]{64})", self._run("show", commit), re.M)

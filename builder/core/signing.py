@@ -140,3 +140,29 @@ def stop_agent(runner: Runner, homedir: Path) -> None:
 def signature_epoch(runner: Runner, key: SigningKey, source_date_epoch: int) -> int:
     _, created = key_info(runner, key.homedir, key.key_id)
     return max(source_date_epoch, created)
+
+
+def import_secret_key(runner: Runner, homedir: Path, armored: bytes) -> str:
+    """Import one secret key (ASCII-armored or binary) into `homedir`; its fingerprint.
+
+    gpg's output is captured and never shown: CI logs must not carry key material, and
+    a failed import names no more than that it failed."""
+    homedir.mkdir(parents=True, exist_ok=True)
+    homedir.chmod(0o700)
+    proc = runner.run(["gpg", "--homedir", str(homedir), "--batch", "--no-tty",
+                       "--pinentry-mode", "loopback", "--passphrase", "", "--import"],
+                      input=armored, check=False)
+    listing = runner.run(["gpg", "--homedir", str(homedir), "--batch", "--with-colons",
+                          "--list-secret-keys"], check=False).stdout.decode()
+    stop_agent(runner, homedir)
+    fingerprints = [line.split(":")[9] for line in listing.splitlines()
+                    if line.startswith("fpr:")]
+    keys = [line for line in listing.splitlines() if line.startswith("sec:")]
+    if proc.returncode != 0 or not keys:
+        raise BuildError("the release signing key could not be imported (gpg's output is "
+                         "not shown, so no key material reaches the log)",
+                         hint="store an ASCII-armored secret key without passphrase "
+                              "(gpg --armor --export-secret-keys KEYID) in the secret")
+    if len(keys) != 1:
+        raise BuildError(f"the secret holds {len(keys)} secret keys; give exactly one")
+    return fingerprints[0]

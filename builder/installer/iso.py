@@ -5,6 +5,7 @@ DIR/installer/NAME.iso holds
                    --depth=0 of the ref into a fresh repo)
   /ks.cfg          the `embedded` kickstart, which installs from file:///run/install/repo/...
   /manifest.json   commit checksum, ref, version and sizes
+  /sbom.spdx.json  the commit's SBOM (SPDX 2.3, DIR/sbom/NAME.spdx.json), when given
 With a RHEL boot ISO (`boot_iso`) the files are injected into it and every boot entry gets
 `inst.ks=`, so the result installs unattended (see builder/installer/bootiso.py). Without
 one the ISO is a data disc that does not boot.
@@ -36,6 +37,7 @@ from builder.installer.kickstart import ISO_REPO_DIR, validate, write_kickstart
 
 KICKSTART_NAME = "ks.cfg"
 MANIFEST_NAME = "manifest.json"
+SBOM_NAME = "sbom.spdx.json"
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -49,6 +51,7 @@ class IsoRequest:
     output: Path               # DIR/installer/NAME.iso
     source_date_epoch: int
     boot_iso: Path | None = None
+    sbom: Path | None = None   # the commit's SPDX SBOM
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class Manifest:
     repo: str
     boot_iso: dict[str, str] | None
     sizes: dict[str, int]
+    sbom: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
@@ -162,7 +166,10 @@ def _stage(runner: Runner, progress: Progress, request: IsoRequest, work: Path,
         boot_iso={"file": listing.path.name, "volume_id": listing.volume_id} if listing
         else None,
         sizes={"repo_bytes": repo_bytes, "repo_files": repo_files,
-               "kickstart_bytes": len(request.kickstart.encode())})
+               "kickstart_bytes": len(request.kickstart.encode())},
+        sbom=SBOM_NAME if request.sbom is not None else None)
+    if request.sbom is not None:
+        shutil.copyfile(request.sbom, stage / SBOM_NAME)
     (stage / MANIFEST_NAME).write_text(manifest.to_json())
     return manifest
 
@@ -173,6 +180,8 @@ def _write_iso(runner: Runner, request: IsoRequest, iso: Path,
     stage = work / "stage"
     maps = {"ostree": stage / "ostree", KICKSTART_NAME: stage / KICKSTART_NAME,
             MANIFEST_NAME: stage / MANIFEST_NAME}
+    if manifest.sbom is not None:
+        maps[manifest.sbom] = stage / manifest.sbom
     # xorriso takes the volume dates and UUID from SOURCE_DATE_EPOCH, and each file's dates
     # from its mtime, which is clamped to the same epoch: same inputs, same ISO bytes.
     env = {**bootiso.C_LOCALE, "SOURCE_DATE_EPOCH": str(request.source_date_epoch)}
@@ -241,6 +250,8 @@ def verify_iso(runner: Runner, iso: Path, manifest: Manifest, scratch: Path, *,
                   "as in the manifest")
     validate((scratch / KICKSTART_NAME).read_text(), source=f"{iso}:/{KICKSTART_NAME}")
     checks.append(f"/{KICKSTART_NAME} passes pykickstart (RHEL 9)")
+    if manifest.sbom is not None:
+        checks.append(_verify_sbom(runner, iso, manifest, scratch / manifest.sbom))
     if boot_iso is not None:
         _verify_boot_entries(runner, listing, scratch / "boot")
         before, after = (bootiso.boot_images(runner, p) for p in (boot_iso.path, iso))
@@ -250,6 +261,23 @@ def verify_iso(runner: Runner, iso: Path, manifest: Manifest, scratch: Path, *,
         checks.append(f"every boot entry has inst.ks=; boot images kept ({', '.join(after)}); "
                       "media checksum (checkisomd5) passes")
     return checks
+
+
+def _verify_sbom(runner: Runner, iso: Path, manifest: Manifest, dest: Path) -> str:
+    """The SBOM on the ISO describes the commit on it."""
+    bootiso.extract(runner, iso, [(str(manifest.sbom), dest)])
+    try:
+        document = json.loads(dest.read_text())
+    except (OSError, ValueError) as exc:
+        raise BuildError(f"{iso}: /{manifest.sbom} is not readable JSON: {exc}") from exc
+    described = {checksum.get("checksumValue") for package in document.get("packages", [])
+                 if package.get("primaryPackagePurpose") == "OPERATING-SYSTEM"
+                 for checksum in package.get("checksums", [])}
+    if manifest.commit not in described:
+        raise BuildError(f"{iso}: /{manifest.sbom} does not describe commit "
+                         f"{manifest.commit[:12]}")
+    return (f"/{manifest.sbom} describes commit {manifest.commit[:12]} "
+            f"({len(document.get('packages', []))} SPDX packages)")
 
 
 def _verify_boot_entries(runner: Runner, listing: bootiso.IsoListing, scratch: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from builder.compose.commit import image_ref
 from builder.context import Context
-from builder.core.errors import InputError
+from builder.core.errors import BuildError, InputError
 from builder.core.ostree import commit_signed, signed_by
 from builder.core.signing import SAMPLE_PUBLIC_KEY
 from builder.installer.iso import (
@@ -30,6 +30,7 @@ from builder.installer.kickstart import (
     render,
     write_kickstart,
 )
+from builder.publish.sbom import ensure_sbom
 
 
 @dataclass(frozen=True)
@@ -70,16 +71,27 @@ def build_installer(ctx: Context, options: MediaOptions) -> Manifest:
             # A data ISO does not boot: the kickstart mounts it by label beside a boot ISO.
             ks = replace(ks, install_url=DATA_MEDIA_URL,
                          media_label=volume_id_for(options.image))
-        resolve_commit(ctx.runner, repo, ks.ref, options.image)
+        commit = resolve_commit(ctx.runner, repo, ks.ref, options.image)
         request = IsoRequest(
             image=options.image, ref=ks.ref, source_repo=repo, kickstart=render("embedded", ks),
             kickstart_private=ks.pull_secret is not None,
             output=ctx.path("installer", f"{options.image}.iso"),
             source_date_epoch=ctx.release.source_date_epoch,
-            boot_iso=options.boot_iso.resolve() if options.boot_iso else None)
+            boot_iso=options.boot_iso.resolve() if options.boot_iso else None,
+            sbom=_sbom(ctx, options.image, ks.ref, commit))
         manifest = build_installer_iso(ctx.runner, ctx.progress, request)
         _describe(ctx, manifest)
     return manifest
+
+
+def _sbom(ctx: Context, image: str, ref: str, commit: str) -> Path | None:
+    """The commit's SBOM for the ISO; a commit that cannot be described (an rpm database
+    this machine's rpm cannot read) gets its ISO without one, said out loud."""
+    try:
+        return ensure_sbom(ctx, image, ref, commit)
+    except BuildError as exc:
+        ctx.progress.info(f"WARNING: no SBOM on the ISO: {exc.message}")
+        return None
 
 
 def _describe(ctx: Context, manifest: Manifest) -> None:

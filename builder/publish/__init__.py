@@ -1,7 +1,10 @@
-"""Publish stage: a ref's commits -> static deltas, offline delta files and update reports.
+"""Publish stage: a ref's commits -> static deltas, update reports, SBOMs, the upload.
 
-Takes: DIR/ostree/repo. Produces: deltas and the summary in DIR/ostree/repo, and
-DIR/deltas/REF/ (report.json, report.txt, FROM-TO.delta).
+Takes: DIR/ostree/repo (the commits, their rpm databases and image stores) and
+DIR/blueprints/NAME.lock.json. Produces: deltas and the summary in DIR/ostree/repo,
+DIR/deltas/REF/ (report.json, report.txt, FROM-TO.delta), DIR/sbom/NAME.spdx.json, and the
+repository with its SBOMs and reports uploaded to a target (`publish`).
 
-Imports: builder.core, builder.release, builder.context, builder.compose (the image's ref).
+Imports: builder.core, builder.release, builder.context, builder.compose (the image's ref,
+the lock file).
 """

@@ -10,7 +10,8 @@ The report compares, per update path, what a device downloads:
   object pull  the archive objects new in H and not in P (what a pull without deltas
                fetches, one HTTP request each) plus the commit object and its signature;
   full commit  every object of H (a fresh pull).
-and the time each takes at 5 and 10 Mbit/s (payload only: no TLS or HTTP overhead).
+and the time each takes at 5 and 10 Mbit/s (payload only: no TLS or HTTP overhead), and
+what each update from a previous commit changes (builder/publish/changes.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from builder.core.progress import human_bytes
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, stop_agent
 from builder.core.steps import write_atomic
+from builder.publish.changes import CommitChanges, changes_to
 
 LINK_SPEEDS_MBIT = (5, 10)
 OFFLINE_SUFFIX = ".delta"
@@ -75,9 +77,13 @@ class DeltaReport:
     to_version: str | None
     repo: str
     paths: tuple[UpdatePath, ...]
+    # What each update path from a previous commit changes (packages, images).
+    changes: tuple[CommitChanges, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
+        data = asdict(self)
+        data["changes"] = [change.to_dict() for change in self.changes]
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     def text(self) -> str:
         lines = [f"Update paths to {self.ref} = {self.to_commit[:12]} "
@@ -94,6 +100,7 @@ class DeltaReport:
                 times = path.seconds[f"{speed}mbit"]
                 row += f"{_secs(times['delta']):>14}{_secs(times['object_pull']):>13}"
             lines.append(row)
+        lines += [change.text() for change in self.changes]
         return "\n".join(lines)
 
 
@@ -150,7 +157,8 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
             if options.key is not None:
                 stop_agent(ctx.runner, options.key.homedir)
         _remove_stale_offline(out_dir, {p.offline_file for p in paths if p.offline_file})
-    report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths))
+    report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths),
+                         changes_to(repo, head, previous, ctx.progress.info))
     write_atomic(out_dir / "report.json", report.to_json())
     write_atomic(out_dir / "report.txt", report.text() + "\n")
     ctx.progress.wrote(str(out_dir / "report.json"), (out_dir / "report.json").stat().st_size)

@@ -124,7 +124,7 @@ def test_iso_holds_kickstart_repo_and_manifest(build_dir: Path, tmp_path: Path) 
     assert installer(build_dir) == 0
     iso = build_dir / "installer" / f"{IMAGE}.iso"
     listing = list_iso(Runner(), iso)
-    assert {"ks.cfg", "manifest.json", "ostree/repo/config"} <= listing.files
+    assert {"ks.cfg", "manifest.json", "ostree/repo/config", "sbom.spdx.json"} <= listing.files
     assert listing.volume_id == "MICROSHIFT-FULL"
 
     repo = extract(iso, "/ostree", tmp_path / "x/ostree") / "repo"
@@ -134,6 +134,10 @@ def test_iso_holds_kickstart_repo_and_manifest(build_dir: Path, tmp_path: Path) 
     manifest = json.loads(extract(iso, "/manifest.json", tmp_path / "m.json").read_text())
     assert (manifest["commit"], manifest["ref"], manifest["version"]) == (expected, REF, "4.14.2")
     assert manifest["sizes"]["repo_bytes"] > 0 and manifest["sizes"]["kickstart_bytes"] > 0
+    # A hand-made commit without an rpm database still gets an SBOM: the commit, no RPMs.
+    assert manifest["sbom"] == "sbom.spdx.json"
+    sbom = json.loads(extract(iso, "/sbom.spdx.json", tmp_path / "sbom.json").read_text())
+    assert [p["checksums"][0]["checksumValue"] for p in sbom["packages"]] == [expected]
 
     kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
     validate(kickstart)
@@ -336,6 +340,10 @@ def test_installer_from_a_real_compose_deploys_the_head_commit(composed_pair: An
     assert manifest["signed"] is True
     kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
     assert f"--ref={composed_pair.ref}" in kickstart and "--nogpg" not in kickstart
+    # The commit's SBOM travels with it, the same bytes as DIR/sbom/NAME.spdx.json.
+    sbom = extract(iso, "/sbom.spdx.json", tmp_path / "sbom.spdx.json").read_bytes()
+    assert sbom == (build / "sbom" / f"{IMAGE}.spdx.json").read_bytes()
+    assert composed_pair.commit2 in json.loads(sbom)["documentNamespace"]
 
     repo = extract(iso, "/ostree", tmp_path / "x/ostree") / "repo"
     assert len(list((repo / "objects").rglob("*.commit"))) == 1, "release 1 is not shipped"

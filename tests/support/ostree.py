@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from builder.cli import main
+from builder.release.model import load_release
+from builder.release.samples import write_oci_layout
 from tests.support.cli import PROJECT_ROOT, RELEASE
 
 IMAGE = "microshift-full"
+CHANGED_IMAGE = "router"  # the image composed_pair's second release ships a new build of
 
 
 @dataclass(frozen=True)
@@ -64,12 +67,24 @@ def copy_build(source: Path, dest: Path) -> Path:
     return dest
 
 
-def bumped_release(dest_dir: Path, version: str = "4.14.3") -> Path:
-    """release.yaml with another version (what the next release of the fleet looks like)."""
+def bumped_release(dest_dir: Path, version: str = "4.14.3",
+                   image_revisions: dict[str, int] | None = None) -> Path:
+    """release.yaml with another version (what the next release of the fleet looks like),
+    and new builds of the named images: IMAGE -> revision of its SAMPLE content, written as
+    an OCI layout beside the file and pinned by its new digest (`source: oci:PATH`)."""
     text = RELEASE.read_text()
     new, count = re.subn(r"^version: .*$", f"version: {version}", text, count=1, flags=re.M)
     assert count == 1
     dest_dir.mkdir(parents=True, exist_ok=True)
+    images = {img.name: img for img in load_release(RELEASE).images()}
+    for name, revision in (image_revisions or {}).items():
+        image = images[name]
+        layout = write_oci_layout(dest_dir / "images" / name, image.component, name, "x86_64",
+                                  revision)
+        new, count = re.subn(
+            rf"(\n\s+{re.escape(name)}:\n\s+ref: )\S+(\n\s+source: )sample\b",
+            rf"\g<1>{image.repository}@{layout.digest}\g<2>oci:images/{name}", new)
+        assert count == 1, name
     path = dest_dir / "release.yaml"
     path.write_text(new)
     return path
@@ -86,7 +101,8 @@ def compose_pair(built: Path, work: Path) -> ComposedPair:
     compose(build_dir)
     ref = _only_ref(build_dir / "ostree" / "repo")
     commit1 = head(build_dir / "ostree" / "repo", ref)
-    release2 = bumped_release(work / "next")
+    # The next release: every package of the release bumped, and a new router image.
+    release2 = bumped_release(work / "next", image_revisions={CHANGED_IMAGE: 1})
     assert cli("--release", release2, "rpms", "--no-lint", "--build-dir", build_dir) == 0
     compose(build_dir, release2)
     commit2 = head(build_dir / "ostree" / "repo", ref)

@@ -1,0 +1,110 @@
+"""`sbom`, `diff`, `publish` and `pull-published`: what a release holds, what an update
+changes, and putting the repository where devices pull from."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from builder.commands.options import add_build_dir, add_signing_options, signing_key
+from builder.context import Context
+from builder.core.errors import InputError
+
+
+def register(sub: Any) -> None:
+    sbom = sub.add_parser("sbom", help="write the SPDX SBOM of an image's commit "
+                                       "(DIR/sbom/NAME.spdx.json)")
+    add_build_dir(sbom)
+    sbom.add_argument("--image", default="microshift-full",
+                      help="image profile (default microshift-full)")
+    sbom.add_argument("--ref", help="ostree ref of the commit (default: the image's ref)")
+    sbom.set_defaults(func=cmd_sbom)
+
+    diff = sub.add_parser(
+        "diff", help="what an update from one commit to another changes, and its size",
+        description="Packages added, removed and changed, images changed (old and new "
+                    "digest), and the download of the update path, between two commits of "
+                    "DIR/ostree/repo. FROM and TO are commit checksums (or unique prefixes), "
+                    "refs, or REF^ for a ref's parent.")
+    add_build_dir(diff)
+    diff.add_argument("from_rev", metavar="FROM")
+    diff.add_argument("to_rev", metavar="TO")
+    diff.add_argument("--format", choices=("text", "json"), default="text",
+                      help="output on stdout (default: text)")
+    diff.set_defaults(func=cmd_diff)
+
+    publish = sub.add_parser(
+        "publish", help="upload the ostree repository, SBOMs and update reports: objects "
+                        "first, refs and summary last")
+    add_build_dir(publish)
+    publish.add_argument("--to", required=True, metavar="TARGET",
+                         help="a directory, an rsync destination ([user@]host:path, "
+                              "rsync://...) or s3://bucket/prefix (aws CLI)")
+    publish.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
+                         help="another build directory whose refs to publish too (one per "
+                              "image and architecture of a CI matrix); repeatable")
+    add_signing_options(publish)
+    publish.set_defaults(func=cmd_publish)
+
+    pull = sub.add_parser(
+        "pull-published", help="mirror a ref's published history into DIR/ostree/repo, so "
+                               "the next commit continues it and deltas start from it")
+    add_build_dir(pull)
+    pull.add_argument("--url", required=True, help="the published repository (.../repo)")
+    target = pull.add_mutually_exclusive_group()
+    target.add_argument("--image", default="microshift-full",
+                        help="the image whose ref to pull (default microshift-full)")
+    target.add_argument("--ref", help="the ostree ref to pull")
+    pull.add_argument("--depth", type=int, default=None,
+                      help="commits to pull (default: release.yaml ostree.deltas_from + 1)")
+    add_signing_options(pull)
+    pull.set_defaults(func=cmd_pull_published)
+
+
+def cmd_sbom(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.publish.sbom import write_sbom
+
+    print(write_sbom(ctx, args.image, args.ref))
+    return 0
+
+
+def cmd_diff(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.core.ostree import Repo
+    from builder.publish.update import update_report
+
+    report = update_report(Repo(ctx.path("ostree", "repo"), ctx.runner), args.from_rev,
+                           args.to_rev)
+    sys.stdout.write(report.to_json() if args.format == "json" else report.text() + "\n")
+    return 0
+
+
+def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.core.signing import release_signing_key
+    from builder.publish.upload import PublishOptions, publish
+
+    # A release key signs the merged summary; without one the SAMPLE key of this build dir
+    # does, when there is one (publish never makes a new key: devices would not know it).
+    sample_home = ctx.path("gpg")
+    key = release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
+                              sample_home=sample_home if sample_home.is_dir() else None,
+                              epoch=ctx.release.source_date_epoch)
+    for build in args.merge:
+        if not build.is_dir():
+            raise InputError("command line", "--merge", f"{build} is not a directory")
+    result = publish(ctx, PublishOptions(target=args.to, merge=tuple(args.merge), key=key))
+    ctx.progress.info(f"published {len(result.refs)} refs, {result.sboms} SBOMs and "
+                      f"{result.reports} update reports to {result.target}")
+    return 0
+
+
+def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.compose.commit import image_ref
+    from builder.publish.history import pull_published
+
+    ref = args.ref or image_ref(ctx, args.image)
+    depth = args.depth if args.depth is not None else ctx.release.ostree.deltas_from + 1
+    key = signing_key(ctx, args) if args.gpg_homedir or args.gpg_key else None
+    pull_published(ctx, args.url, ref, depth, key)
+    return 0

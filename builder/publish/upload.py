@@ -1,0 +1,235 @@
+"""`publish`: upload the ostree repository, and the SBOMs and update reports beside it, in an
+order that never shows a device a ref before its objects.
+
+At the target (a local directory, an rsync destination `[user@]host:path` or `rsync://...`,
+or `s3://bucket/prefix` through the aws CLI):
+
+    repo/                           the ostree repository: a device's remote URL is .../repo
+    sbom/REF/COMMIT.spdx.json       the SBOM of each published commit (kept for old commits)
+    updates/REF/report.{json,txt}   the update report of each ref's head: delta sizes and
+                                    what changed
+
+The upload runs in three phases, in reverse order of what points to what (as
+ostree-releng-scripts' rsync-repos does):
+  1. objects  objects/ and deltas/: content-addressed, so files already at the target are
+              skipped, and nothing is deleted (devices may be mid-pull of older commits);
+              detached commit metadata (signatures, *.commitmeta) is left to phase 2
+  2. metadata config, *.commitmeta, delta-indexes/, and sbom/ + updates/
+  3. refs     refs/, then summary, then summary.sig (rsync --delay-updates puts them in
+              place together). summary before summary.sig: clients cache the summary keyed
+              by its signature, so a client that meets the new summary with the old
+              signature keeps using its cached (old, consistent) summary.
+A publish interrupted anywhere leaves the target serving the old refs, all of whose objects
+are there; running it again completes it.
+
+Several build directories (one per image and architecture of a CI matrix) are merged first:
+their refs are pulled into DIR/ostree/repo (`ostree pull-local`, re-verified), their deltas
+copied, and the summary regenerated (and signed) over all refs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.context import Context
+from builder.core.errors import BuildError, InputError
+from builder.core.ostree import Repo, signed_by
+from builder.core.signing import SigningKey, export_public_key, stop_agent
+from builder.publish.sbom import described_commit
+
+PHASES = ("objects", "metadata", "refs")
+RSYNC = ["rsync", "-rlpt", "--mkpath"]
+AWS_QUIET = ["--no-progress", "--only-show-errors"]
+
+
+def no_checkpoint(phase: str) -> None:
+    """Default: nothing happens between phases (tests interrupt a publish here)."""
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    target: str
+    merge: tuple[Path, ...] = ()          # other build directories to publish with this one
+    key: SigningKey | None = None         # signs the regenerated summary after a merge
+    checkpoint: Callable[[str], None] = field(default=no_checkpoint)
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    target: str
+    refs: dict[str, str]                  # ref -> commit, as published
+    sboms: int
+    reports: int
+
+
+def publish(ctx: Context, options: PublishOptions) -> PublishResult:
+    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    sources = [ctx.build_dir, *(path.resolve() for path in options.merge)]
+    with ctx.progress.step(f"publish to {options.target}"):
+        if options.merge:
+            merge_builds(ctx, repo, options.merge, options.key)
+        if not repo.exists() or not repo.refs():
+            raise BuildError(f"{repo.path} has no refs to publish",
+                             hint="compose an image first, or --merge the build directories "
+                                  "of the CI's build jobs")
+        refs = {ref: str(repo.rev_parse(ref)) for ref in repo.refs()}
+        with tempfile.TemporaryDirectory(prefix="publish-") as scratch:
+            if options.key is not None:
+                check_signatures(ctx, repo, refs, options.key, Path(scratch) / "key.asc")
+            extras = Path(scratch) / "extras"
+            sboms = stage_sboms(sources, extras / "sbom", refs)
+            reports = stage_reports(sources, extras / "updates")
+            for phase, commands in plan(options.target, repo.path, extras):
+                with ctx.progress.step(f"upload {phase}"):
+                    for argv in commands:
+                        ctx.runner.run(argv)
+                options.checkpoint(phase)
+        for ref, commit in refs.items():
+            ctx.progress.info(f"published {ref} = {commit}", ref=ref, commit=commit)
+    return PublishResult(options.target, refs, sboms, reports)
+
+
+def check_signatures(ctx: Context, repo: Repo, refs: dict[str, str], key: SigningKey,
+                     public: Path) -> None:
+    """Every commit to publish verifies with the key, as devices will check it: a build job
+    that ran without the secret must not reach the fleet."""
+    export_public_key(ctx.runner, key, public)
+    stop_agent(ctx.runner, key.homedir)
+    for ref, commit in refs.items():
+        if not signed_by(ctx.runner, repo.path, ref, public):
+            raise BuildError(f"{ref} = {commit[:12]} is not signed by {key.key_id}: devices "
+                             "trusting that key would refuse it",
+                             hint="build with the release key (--gpg-homedir/--gpg-key), or "
+                                  "publish with the key the commits were signed with")
+    ctx.progress.info(f"all {len(refs)} refs verify with {key.key_id}")
+
+
+# --- merging the build directories of a CI matrix ---------------------------------------
+def merge_builds(ctx: Context, repo: Repo, builds: Iterable[Path], key: SigningKey | None) -> None:
+    repo.init("archive")
+    owners: dict[str, tuple[str, Path]] = {}
+    for build in builds:
+        other = Repo(build / "ostree" / "repo", ctx.runner)
+        if not other.exists():
+            raise InputError(str(build), "", "has no ostree/repo: not a build directory "
+                             "with a composed image")
+        for ref in other.refs():
+            commit = str(other.rev_parse(ref))
+            if ref in owners and owners[ref][0] != commit:
+                raise BuildError(f"ref {ref} is {owners[ref][0][:12]} in {owners[ref][1]} but "
+                                 f"{commit[:12]} in {build}: two builds of one image",
+                                 hint="merge one build directory per image and architecture")
+            owners[ref] = (commit, build)
+            # --depth=-1: the history too, which the deltas start from.
+            repo.pull_local(other.path, ref, depth=-1)
+        _copy_missing(other.path / "deltas", repo.path / "deltas")
+        ctx.progress.info(f"merged {', '.join(other.refs())} from {build}")
+    try:
+        repo.summary_update(key)
+    finally:
+        if key is not None:
+            stop_agent(ctx.runner, key.homedir)
+
+
+def _copy_missing(source: Path, dest: Path) -> None:
+    """Static deltas are named by their commits: one already here is the same delta."""
+    if not source.is_dir():
+        return
+    for path in sorted(source.rglob("*")):
+        target = dest / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+
+
+# --- what goes beside the repository ----------------------------------------------------
+def stage_sboms(builds: Iterable[Path], dest: Path, refs: dict[str, str]) -> int:
+    """sbom/REF/COMMIT.spdx.json for every SBOM that describes a commit being published."""
+    count = 0
+    for build in builds:
+        for path in sorted((build / "sbom").glob("*.spdx.json")):
+            described = described_commit(path)
+            if described is None or refs.get(described[0]) is None:
+                continue
+            ref, commit = described
+            target = dest / ref / f"{commit}.spdx.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            count += 1
+    return count
+
+
+def stage_reports(builds: Iterable[Path], dest: Path) -> int:
+    """updates/REF/report.{json,txt} from each build's DIR/deltas/REF/."""
+    count = 0
+    for build in builds:
+        deltas = build / "deltas"
+        for report in sorted(deltas.rglob("report.json")) if deltas.is_dir() else []:
+            ref_dir = report.parent.relative_to(deltas)
+            for name in ("report.json", "report.txt"):
+                if (report.parent / name).is_file():
+                    target = dest / ref_dir / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(report.parent / name, target)
+            count += 1
+    return count
+
+
+# --- the upload, phase by phase ---------------------------------------------------------
+def plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[list[str]]]]:
+    """The commands of each phase, in order, for the target's kind."""
+    if target.startswith("s3://"):
+        return _s3_plan(target.rstrip("/"), repo, extras)
+    if not target:
+        raise InputError("command line", "--to", "must name a directory, an rsync "
+                         "destination or s3://bucket/prefix")
+    return _rsync_plan(target.rstrip("/") or "/", repo, extras)
+
+
+def _rsync_plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[list[str]]]]:
+    def into_repo(*rules: str, extra: tuple[str, ...] = ()) -> list[str]:
+        filters = [f"--{rule}" for rule in rules]
+        return [*RSYNC, *extra, *filters, "--exclude=*", f"{repo}/", f"{target}/repo/"]
+
+    return [
+        ("objects", [into_repo("exclude=*.commitmeta", "include=/objects/***",
+                               "include=/deltas/***", extra=("--ignore-existing",))]),
+        ("metadata", [into_repo("include=/config", "include=/objects/", "include=/objects/*/",
+                                "include=/objects/*/*.commitmeta",
+                                "include=/delta-indexes/***"),
+                      [*RSYNC, f"{extras}/", f"{target}/"]]),
+        ("refs", [into_repo("include=/refs/***", "include=/summary", "include=/summary.sig",
+                            extra=("--delay-updates",))]),
+    ]
+
+
+def _s3_plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[list[str]]]]:
+    def sync(source: Path, dest: str, *filters: str) -> list[list[str]]:
+        if not source.is_dir():
+            return []
+        return [["aws", "s3", "sync", *AWS_QUIET, *filters, str(source), f"{target}/{dest}"]]
+
+    def copy(source: Path, dest: str) -> list[list[str]]:
+        if not source.is_file():
+            return []
+        return [["aws", "s3", "cp", *AWS_QUIET, str(source), f"{target}/{dest}"]]
+
+    return [
+        ("objects", [*sync(repo / "objects", "repo/objects", "--size-only", "--exclude",
+                           "*.commitmeta"),
+                     *sync(repo / "deltas", "repo/deltas", "--size-only")]),
+        ("metadata", [*copy(repo / "config", "repo/config"),
+                      *sync(repo / "objects", "repo/objects", "--exclude", "*", "--include",
+                            "*.commitmeta"),
+                      *sync(repo / "delta-indexes", "repo/delta-indexes"),
+                      *sync(extras, "")]),
+        ("refs", [*sync(repo / "refs", "repo/refs"),
+                  *copy(repo / "summary", "repo/summary"),
+                  *copy(repo / "summary.sig", "repo/summary.sig")]),
+    ]
