@@ -26,6 +26,19 @@ TOOLS=(
     "jq jq jq"
     "curl curl curl"
     "chattr e2fsprogs e2fsprogs"
+    # SELinux: compile policy modules (microshift-selinux, the SAMPLE container module),
+    # install them into an image's policy store, inspect the result.
+    "checkmodule checkpolicy checkpolicy"
+    "semodule policycoreutils policycoreutils"
+    "semodule_package semodule-utils policycoreutils-devel"
+    "sefcontext_compile selinux-utils libselinux-utils"
+    "sesearch setools setools-console"
+    "make make make"
+    "m4 m4 m4"
+    "gawk gawk gawk"
+    "bzip2 bzip2 bzip2"
+    # The simulated device's ostree runs the deployment's semodule through bubblewrap.
+    "bwrap bubblewrap bubblewrap"
     "rsync rsync rsync"
     # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
     # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
@@ -53,6 +66,17 @@ fi
 if [ ! -e /usr/share/hunspell/en_US.dic ] && [ ! -e /usr/share/myspell/en_US.dic ]; then
     missing_deb+=(hunspell-en-us)
     missing_fedora+=(hunspell-en-US)
+fi
+# The policy devel Makefile and headers that microshift-selinux's %build compiles against.
+if [ ! -e /usr/share/selinux/devel/Makefile ]; then
+    missing_deb+=(selinux-policy-dev)
+    missing_fedora+=(selinux-policy-devel)
+fi
+# Debian's reference policy: the SAMPLE base's SAMPLE policy is built from its modules
+# (builder/rpm/sample_policy.py). Fedora does not package it; there the sample flow
+# composes unlabelled, with a warning.
+if [ ! -e /usr/share/selinux/default/base.pp.bz2 ] && command -v apt-get >/dev/null 2>&1; then
+    missing_deb+=(selinux-policy-default)
 fi
 # microshift-components (a zip application the device runs with its system Python) needs
 # PyYAML; the device simulation runs it with this machine's /usr/bin/python3.

@@ -19,7 +19,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.compose.rootfs import clean_rpmdb, etc_to_usr_etc, rpm_env, var_to_tmpfiles
+from builder.compose.rootfs import (
+    clean_rpmdb,
+    etc_to_usr_etc,
+    rpm_env,
+    var_to_tmpfiles,
+)
+from builder.compose.selinux import Labelling, commit_label_args, tree_labelling
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
@@ -29,7 +35,7 @@ from builder.release.ostree_config import OstreeBase
 
 SAMPLE_DBPATH = "/usr/lib/sysimage/rpm"
 # Bump when the sample layout below changes: it is part of the base's identity.
-SAMPLE_LAYOUT = 1
+SAMPLE_LAYOUT = 2
 # What rpm-ostree's rootfs layout provides (rpmostree-postprocess.cxx and
 # rpm-ostree-0-integration.conf).
 INTEGRATION_LINKS = {"ostree": "sysroot/ostree", "tmp": "sysroot/tmp", "home": "var/home",
@@ -115,26 +121,34 @@ def _sample_base(ctx: Context, build_repo: Repo, workdir: Path) -> BaseCommit:
     with ctx.progress.step(f"SAMPLE base commit from {len(rpms)} stand-in RPMs"):
         tree = Path(tempfile.mkdtemp(prefix="sample-base-", dir=workdir))
         try:
-            build_sample_tree(ctx, rpms, tree)
+            labelling = build_sample_tree(ctx, rpms, tree)
             checksum = build_repo.commit(
                 tree, subject=f"SAMPLE base OS for MicroShift edge images ({arch})",
                 timestamp=ctx.release.source_date_epoch, parent=None, bind_ref=ref,
+                extra=commit_label_args(labelling, tree, tree.with_name(tree.name + "-policy")),
                 metadata={"version": "9.2.sample", "microshift.sample": "true",
-                          "microshift.base-inputs": identity})
+                          "microshift.base-inputs": identity, **labelling.metadata()})
         finally:
             shutil.rmtree(tree, ignore_errors=True)
+            shutil.rmtree(tree.with_name(tree.name + "-policy"), ignore_errors=True)
         build_repo.set_ref(ref, checksum)
         ctx.progress.info(f"SAMPLE base {ref} = {checksum[:12]}")
     return BaseCommit(checksum, True, f"SAMPLE base {checksum[:12]}")
 
 
-def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> None:
-    """Install the stand-ins into an empty root and give it the ostree commit layout."""
+def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> Labelling:
+    """Install the stand-ins into an empty root and give it the ostree commit layout;
+    return how the policy it carries labels it."""
     db = tree / SAMPLE_DBPATH.lstrip("/")
     db.mkdir(parents=True)
     ctx.runner.run(["rpm", "--root", str(tree), "--dbpath", SAMPLE_DBPATH, "-i", "--noscripts",
                     "--notriggers", "--nosignature", "--ignorearch", *map(str, rpms)],
                    env=rpm_env(ctx.release.source_date_epoch))
+    # The SAMPLE policy package ships its store with container-selinux's module loaded, as a
+    # base has it after that package's %post: nothing to install, only to label.
+    labelling = tree_labelling(tree)
+    if labelling.warning:
+        ctx.progress.info(f"SAMPLE base: {labelling.warning}")
     for kver in sorted((tree / "usr/lib/modules").glob("*")):
         if not (kver / "vmlinuz").is_file():
             raise BuildError(f"SAMPLE base: {kver} has no vmlinuz; ostree cannot deploy it")
@@ -158,3 +172,4 @@ def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> None:
     var_to_tmpfiles(tree)
     clean_rpmdb(tree)
     etc_to_usr_etc(tree)
+    return labelling

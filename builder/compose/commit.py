@@ -40,6 +40,7 @@ from builder.compose.rootfs import (
     var_to_tmpfiles,
     verify_packages,
 )
+from builder.compose.selinux import Labelling, commit_label_args, install_policy_modules
 from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
@@ -175,8 +176,8 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
         tree = work / "tree"
         with ctx.progress.step("tree: install packages, units, images, customizations"):
             build_repo.checkout(base.checksum, tree, hardlinks=False, user_mode=False)
-            _prepare_tree(job, tree, base)
-        commit = _commit(job, tree, base, parent)
+            labelling = _prepare_tree(job, tree, base)
+        commit = _commit(job, tree, base, parent, labelling)
         options.checkpoint("committed")
         try:
             changed = _publish(job, commit, parent)
@@ -215,7 +216,7 @@ def _check_same_image(job: _Job, head: str | None) -> None:
                               "{image}), or pass --ref explicitly to do it on purpose")
 
 
-def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> None:
+def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> Labelling:
     ctx, inputs, release = job.ctx, job.inputs, job.ctx.release
     usr_etc_to_etc(tree)
     installed = install_packages(ctx.runner, tree, inputs.packages, release.source_date_epoch)
@@ -223,6 +224,9 @@ def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> None:
                       f"({len(inputs.packages) - len(installed)} already in the base)")
     job.options.checkpoint("installed")
     files = package_files(ctx.runner, [pkg.path for pkg in installed])
+    labelling = install_policy_modules(ctx, tree, files)
+    if labelling.warning:
+        ctx.progress.warn(labelling.warning)
     preset = apply_presets(tree, units_in(files) + preset_units(tree, files))
     ctx.progress.info(f"presets enabled: {', '.join(preset) or 'none'}")
     images = embed_images(ctx.runner, tree, inputs.containers, release.images(),
@@ -242,23 +246,26 @@ def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> None:
         ctx.progress.info(f"/var content turned into {len(autovar)} tmpfiles.d lines")
     clean_rpmdb(tree)
     etc_to_usr_etc(tree)
+    return labelling
 
 
-def _commit(job: _Job, tree: Path, base: BaseCommit, parent: str | None) -> str:
+def _commit(job: _Job, tree: Path, base: BaseCommit, parent: str | None,
+            labelling: Labelling) -> str:
     release = job.ctx.release
     sample = " (SAMPLE base)" if base.is_sample else ""
-    extra = ["--link-checkout-speedup"]
-    if (tree / "usr/etc/selinux/config").is_file():
-        # Label new files with the image's own policy, as rpm-ostree does for edge commits.
-        extra.append(f"--selinux-policy={tree}")
-    with job.ctx.progress.step("ostree commit"):
+    # Every file is labelled from the image's own policy, as rpm-ostree does for edge commits.
+    extra = ["--link-checkout-speedup",
+             *commit_label_args(labelling, tree, job.work / "selinux-policy-root")]
+    how = f"SELinux policy {labelling.policy}" if labelling.policy else "unlabelled"
+    with job.ctx.progress.step(f"ostree commit ({how})"):
         return job.build_repo.commit(
             tree, subject=f"MicroShift {release.evr} {job.inputs.name}{sample}",
             timestamp=release.source_date_epoch, parent=parent, bind_ref=job.ref, extra=extra,
             metadata={"version": release.evr, "microshift.image": job.inputs.name,
                       "microshift.blueprint-version": job.inputs.version,
                       "microshift.base": base.checksum,
-                      "microshift.sample-base": "true" if base.is_sample else "false"})
+                      "microshift.sample-base": "true" if base.is_sample else "false",
+                      **labelling.metadata()})
 
 
 def _publish(job: _Job, commit: str, parent: str | None) -> bool:

@@ -37,6 +37,11 @@ class Progress:
     def info(self, message: str, **fields: Any) -> None:
         self._emit("info", self._stack[-1] if self._stack else "", f"    {message}", **fields)
 
+    def warn(self, message: str, **fields: Any) -> None:
+        """Something the user should act on that does not stop the build."""
+        self._emit("warning", self._stack[-1] if self._stack else "", f"    WARNING: {message}",
+                   **fields)
+
     def skipped(self, what: str, step_id: str) -> None:
         self.info(f"{what}: unchanged (step {step_id[:12]}), not rebuilt", skipped=what, id=step_id)
 
@@ -47,7 +52,7 @@ class Progress:
         if self.json_mode:
             record = {"event": event, "step": step, "depth": len(self._stack),
                       "time": round(time.time(), 3), **fields}
-            if event == "info":
+            if event in ("info", "warning"):
                 record["message"] = text.strip()
             self.stream.write(json.dumps(record, sort_keys=True) + "\n")
         else:

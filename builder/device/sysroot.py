@@ -29,6 +29,7 @@ from builder.device.netlink import SERVER_ADDR, ThrottledLink
 from builder.device.repo_server import RepoServer
 
 REMOTE = "edge"
+BWRAP = "/usr/bin/bwrap"  # ostree runs deployment programs through this path
 STATE_DIR = ".device"
 CONFIG_FILE = "device.json"
 OSNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -111,6 +112,7 @@ class Device:
         self.sysroot = sysroot.resolve()
         self.runner = runner
         self.progress = progress
+        self.bwrap = Path(BWRAP)  # where ostree runs deployment programs from
         self.state_dir = self.sysroot / STATE_DIR
         self.grubenv = Grubenv(self.sysroot / "boot/grub2/grubenv")
         self.repo = Repo(self.sysroot / "ostree/repo", runner)
@@ -165,10 +167,26 @@ class Device:
         return self.deploy(ref)
 
     def deploy(self, ref: str) -> Deployment:
+        if self.deployments():
+            self._check_policy_refresh(ref)
         self._admin("deploy", f"--os={self.config().osname}", f"{REMOTE}:{ref}")
         deployment = self.deployments()[0]
         self.progress.info(f"deployed {deployment.label()} as the default deployment")
         return deployment
+
+    def _check_policy_refresh(self, ref: str) -> None:
+        """Deploying over an existing deployment, ostree refreshes a new deployment's SELinux
+        policy by running its semodule through /usr/bin/bwrap (sysroot_finalize_selinux_policy);
+        say so in one line instead of ostree's "Failed to execute child process"."""
+        if self.bwrap.is_file():
+            return
+        proc = self.runner.run(["ostree", f"--repo={self.repo.path}", "ls", f"{REMOTE}:{ref}",
+                                "/usr/etc/selinux/config"], check=False)
+        if proc.returncode == 0:
+            raise BuildError(f"{REMOTE}:{ref} carries an SELinux policy, and ostree refreshes it "
+                             f"on upgrade by running the deployment's semodule through "
+                             f"{self.bwrap}, which is not installed",
+                             hint="install bubblewrap (ci/install-host-tools.sh)")
 
     def upgrade(self, source: Path | str, link: LinkOptions) -> tuple[TransferReport, Deployment]:
         """Pull the ref's new head over HTTP, deploy it, arm greenboot's boot counter."""

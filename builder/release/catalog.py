@@ -41,6 +41,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("greenboot", "microshift-greenboot",
               "Greenboot health checks and data rollback for MicroShift",
               services=("microshift-data-restore.service",)),
+    # Required by microshift-core: RHEL for Edge devices run SELinux enforcing.
+    Component("selinux", "microshift-selinux", "SELinux policy module for MicroShift"),
     Component("release-info", "microshift-release-info",
               "Release information for MicroShift: every release image by digest"),
 )

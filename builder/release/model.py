@@ -126,6 +126,10 @@ def load_release(path: Path) -> Release:
                        for key in comps_fields.data)
     if "core" not in comps_fields.data:
         raise comps_fields.error("core", "is required: every release ships microshift-core")
+    if "selinux" not in comps_fields.data:
+        raise comps_fields.error("selinux", "is required: microshift-core requires "
+                                 "microshift-selinux, as RHEL for Edge devices run SELinux "
+                                 "enforcing", hint="add `selinux: {}` under components")
     base = top.child("base")
     _check_image_names(comps_fields, components)
     repos = _base_repos(base, path.parent) if base else (Repo("sample-base", "sample", ""),)

@@ -34,8 +34,9 @@ class StandIn:
     name: str
     provides: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
-    files: dict[str, str] = field(default_factory=dict)  # install path -> content
+    files: dict[str, str | bytes] = field(default_factory=dict)  # install path -> content
     dirs: tuple[str, ...] = ()
+    executables: tuple[str, ...] = ()  # files installed 0755
 
 
 def _text(what: str) -> str:
@@ -145,7 +146,7 @@ def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
         pkg.add_installed_directory(directory.lstrip("/"))
     for index, (path, content) in enumerate(sorted(stand_in.files.items())):
         pkg.add_installed_file(path.lstrip("/"), rpmfluff.SourceFile(f"file{index}", content),
-                               mode="0644")
+                               mode="0755" if path in stand_in.executables else "0644")
     (topdir / "SOURCES").mkdir(parents=True, exist_ok=True)
     pkg.gather_sources(str(topdir / "SOURCES"))
     return Path(pkg.gather_spec_file(str(topdir)))
@@ -160,8 +161,8 @@ def build_sample_base(ctx: Context) -> Path:
     outputs: list[Path] = []
     unbuilt = [s for s in stand_ins(arch) if not is_built(_step(s, arch, epoch), ctx.build_dir)]
     # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
-    ensure_space(ctx.build_dir, len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0,
-                 "the SAMPLE base repository")
+    ensure_space(ctx.build_dir, (len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0)
+                 + _policy_space(ctx), "the SAMPLE base repository")
     with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
         for stand_in in stand_ins(arch):
             step = _step(stand_in, arch, epoch)
@@ -175,6 +176,7 @@ def build_sample_base(ctx: Context) -> Path:
 
             out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
             outputs.extend(sorted(out.glob("*.rpm")))
+        outputs.extend(_policy_stand_ins(ctx, arch))
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
@@ -200,6 +202,19 @@ def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
     publish(ctx.build_dir, "sample-base/repo", repo_step, repo_out)
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
                       f"repository {base / 'repo'}")
+
+
+def _policy_stand_ins(ctx: Context, arch: str) -> list[Path]:
+    # Imported here: sample_policy builds its stand-ins with this module's write_spec.
+    from builder.rpm.sample_policy import policy_stand_ins
+
+    return policy_stand_ins(ctx, arch)
+
+
+def _policy_space(ctx: Context) -> int:
+    from builder.rpm.sample_policy import policy_space
+
+    return policy_space(ctx)
 
 
 def _remove_tree(path: Path) -> None:

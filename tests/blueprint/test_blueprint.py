@@ -66,7 +66,8 @@ def test_every_profile_renders_to_a_valid_blueprint(release: Release, name: str)
     assert data["name"] == name
     assert data["version"] == "4.14.2-1"
     packages = {p["name"]: p["version"] for p in data["packages"]}
-    expected = {f"microshift-{key}" for key in SEED_003[name]} | {"microshift-greenboot"}
+    expected = {f"microshift-{key}" for key in SEED_003[name]} | {"microshift-greenboot",
+                                                                   "microshift-selinux"}
     assert packages == dict.fromkeys(expected, "4.14.2-1")
     sources = [c["source"] for c in data["containers"]]
     assert sorted(sources) == sorted(img.ref for img in release.images(SEED_003[name]))
@@ -445,7 +446,8 @@ def test_whole_stack_blueprint_and_lock(built_release: Path, tmp_path: Path) -> 
     release = load_release(RELEASE)
     assert {p["name"]: p["version"] for p in data["packages"]} == {
         "microshift-core": release.evr, "microshift-networking-ovnk": release.evr,
-        "microshift-storage-topolvm": release.evr, "microshift-greenboot": release.evr}
+        "microshift-storage-topolvm": release.evr, "microshift-greenboot": release.evr,
+        "microshift-selinux": release.evr}
     images = release.images(("core", "networking-ovnk", "storage-topolvm"))
     assert [c["source"] for c in data["containers"]] == [img.ref for img in images]
     assert all("@sha256:" in c["source"] for c in data["containers"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ from builder.compose.base import build_sample_tree
 from builder.context import Context
 from builder.core.progress import Progress
 from tests.support.ostree import RELEASE, cli, copy_build, head, ostree, serve
+from tests.support.selinux import commit_labels
 
 pytestmark = [
     pytest.mark.integration,
@@ -19,14 +22,16 @@ pytestmark = [
 VENDOR_REF = "rhel/9/x86_64/edge"
 
 
-@pytest.fixture(scope="module")
-def vendor_repo(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """An archive repo holding a base edge commit, standing in for a RHEL for Edge one."""
-    work = tmp_path_factory.mktemp("vendor")
+def make_vendor_repo(built_release: Path, work: Path,
+                     adjust: Callable[[Path], None] | None = None) -> tuple[Path, str]:
+    """An archive repo holding a base edge commit, standing in for a RHEL for Edge one;
+    `adjust` changes its tree (as stored: /etc under /usr/etc) before the commit."""
     ctx = Context(build_dir=built_release, release_path=RELEASE, progress=Progress())
     tree = work / "tree"
-    tree.mkdir()
+    tree.mkdir(parents=True)
     build_sample_tree(ctx, sorted((built_release / "sample-base" / "rpms").glob("*.rpm")), tree)
+    if adjust is not None:
+        adjust(tree)
     repo = work / "repo"
     ostree(f"--repo={repo}", "init", "--mode=archive")
     ostree(f"--repo={repo}", "commit", f"--branch={VENDOR_REF}", f"--tree=dir={tree}",
@@ -35,6 +40,11 @@ def vendor_repo(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -
     commit = head(repo, VENDOR_REF)
     assert commit
     return repo, commit
+
+
+@pytest.fixture(scope="module")
+def vendor_repo(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    return make_vendor_repo(built_release, tmp_path_factory.mktemp("vendor"))
 
 
 def _release_with_base(dest: Path, base: str) -> Path:
@@ -80,3 +90,46 @@ def test_missing_unit_on_a_real_base_fails_with_the_blueprint_field(
     err = capsys.readouterr().err
     assert "customizations.services.enabled: openvswitch.service has no unit file" in err
     assert not (build / "ostree" / "repo" / "refs" / "heads" / "microshift").exists()
+
+
+def _metadata(repo: Path, commit: str, key: str) -> str:
+    return ostree(f"--repo={repo}", "show", f"--print-metadata-key={key}",
+                  commit).stdout.strip().strip("'")
+
+
+def test_base_without_a_policy_composes_unlabelled_with_one_warning(
+        built_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo, _ = make_vendor_repo(built_release, tmp_path / "vendor",
+                               lambda tree: shutil.rmtree(tree / "usr/etc/selinux"))
+    build = copy_build(built_release, tmp_path / "build")
+    release = _release_with_base(tmp_path, f"{{repo: {str(repo)!r}, ref: {VENDOR_REF}}}")
+    assert _compose(build, release, "microshift-minimal") == 0
+    warnings = [line.strip() for line in capsys.readouterr().err.splitlines()
+                if "WARNING" in line]
+    assert len(warnings) == 1
+    assert "the base has no SELinux policy (no /etc/selinux/config)" in warnings[0]
+    assert "SELinux modules not installed: microshift" in warnings[0]
+    published = build / "ostree" / "repo"
+    commit = head(published, ostree(f"--repo={published}", "refs").stdout.split()[0])
+    assert commit
+    assert _metadata(published, commit, "microshift.selinux") == "unlabelled"
+    assert _metadata(published, commit, "microshift.selinux-warning") == \
+        warnings[0].removeprefix("WARNING: ")
+    assert {item.label for item in commit_labels(published, commit).values()} == {None}
+
+
+def test_a_module_that_does_not_load_into_the_base_policy_is_an_error(
+        built_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A base whose policy lacks container-selinux's module: microshift's file contexts name
+    # types (kubelet_exec_t, container_var_lib_t) that the policy then does not have.
+    def drop_container_module(tree: Path) -> None:
+        shutil.rmtree(tree / "usr/etc/selinux/targeted/active/modules/200/container")
+
+    repo, _ = make_vendor_repo(built_release, tmp_path / "vendor", drop_container_module)
+    build = copy_build(built_release, tmp_path / "build")
+    release = _release_with_base(tmp_path, f"{{repo: {str(repo)!r}, ref: {VENDOR_REF}}}")
+    assert _compose(build, release, "microshift-minimal") == 1
+    err = capsys.readouterr().err
+    assert "SELinux module microshift does not load into the base's policy targeted" in err
+    assert "Traceback" not in err
+    assert ostree(f"--repo={build / 'ostree' / 'repo'}", "refs").stdout.split() == []

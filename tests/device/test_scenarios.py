@@ -7,6 +7,7 @@ namespaces (root) and is skipped with the reason where they are not allowed.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from builder.context import Context
+from builder.core.errors import BuildError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
@@ -21,6 +23,7 @@ from builder.device.netlink import netns_unavailable_reason
 from builder.device.scenarios import SCENARIOS, SimOptions, run_scenario
 from builder.device.sysroot import Device, LinkOptions, release_deployments
 from tests.support.cli import RELEASE, run_cli
+from tests.support.ostree import ComposedPair
 
 pytestmark = pytest.mark.integration
 
@@ -188,6 +191,40 @@ def test_simulate_takes_composed_commits_when_the_repo_has_them(
     captured = capsys.readouterr()
     assert rc == 0, captured.err[-2000:]
     assert f"compose commits on {SAMPLE_REF}" in captured.err
+
+
+def test_good_update_between_labelled_compose_commits(
+        tmp_path: Path, composed_pair: ComposedPair, capsys: pytest.CaptureFixture[str]) -> None:
+    # The compose's commits carry SELinux labels and a policy: ostree deploys them into the
+    # plain-directory sysroot with their labels, and on the upgrade it runs the new
+    # deployment's (SAMPLE) semodule through bubblewrap to refresh the policy.
+    build = tmp_path / "build"
+    (build / "ostree").mkdir(parents=True)
+    (build / "ostree" / "repo").symlink_to(composed_pair.repo)
+    work = tmp_path / "sim"
+    rc = run_cli("--release", composed_pair.release2, "device", "simulate", "--scenario",
+                 "good-update", "--build-dir", build, "--ref", composed_pair.ref,
+                 "--work-dir", work, "--wait-timeout", "1")
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err[-3000:]
+    assert f"compose commits on {composed_pair.ref}" in captured.err
+    deploy = work / "device/ostree/deploy/edge/deploy"
+    [v2] = [d for d in deploy.glob(f"{composed_pair.commit2}.*") if d.is_dir()]
+    label = os.getxattr(v2 / "usr/bin/microshift", "security.selinux").rstrip(b"\0")
+    assert label == b"system_u:object_r:kubelet_exec_t:s0"
+
+
+def test_upgrade_to_a_labelled_commit_without_bubblewrap_is_one_clear_error(
+        tmp_path: Path, composed_pair: ComposedPair) -> None:
+    device = Device(tmp_path / "device", Runner(), Progress())
+    device.init("edge")
+    device.install(composed_pair.repo, composed_pair.ref, commit=composed_pair.commit1)
+    device.bwrap = tmp_path / "no-bwrap"
+    with pytest.raises(BuildError) as info:
+        device.upgrade(composed_pair.repo, LinkOptions())
+    assert "carries an SELinux policy" in info.value.message
+    assert "install bubblewrap" in str(info.value)
+    assert [d.checksum for d in device.deployments()] == [composed_pair.commit1]
 
 
 def test_install_retried_with_another_repo_pulls_from_that_repo(

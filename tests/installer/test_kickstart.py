@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pykickstart.constants import KS_SCRIPT_PRE
+from pykickstart.constants import KS_SCRIPT_PRE, SELINUX_ENFORCING
 from pykickstart.parser import KickstartParser
 from pykickstart.version import RHEL9, makeVersion
 
@@ -91,6 +91,12 @@ def test_every_variant_passes_pykickstart(variant: str, storage: bool, with_secr
     assert handler.ostreesetup.osname == "rhel"
     assert handler.ostreesetup.nogpg is not signed
     assert bool(secret_scripts(handler)) is with_secret
+
+
+@pytest.mark.parametrize("variant", ["network", "embedded"])
+def test_installed_system_runs_selinux_enforcing(variant: str) -> None:
+    handler = parse(render(variant, context(install_url=EMBEDDED_REPO_URL)))
+    assert handler.selinux.selinux == SELINUX_ENFORCING
 
 
 def test_embedded_variant_installs_from_the_iso_repo() -> None:

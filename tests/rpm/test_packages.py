@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from builder.release.model import load_release
-from tests.support.cli import RELEASE, build_release, rpm_query, run_cli
+from tests.support.cli import RELEASE, build_release, extract_rpm, rpm_query, run_cli
 from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
 
 COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
-                  "greenboot", "release-info")
+                  "greenboot", "release-info", "selinux")
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -71,7 +71,9 @@ def test_two_clean_builds_are_byte_identical(built_release: Path, tmp_path: Path
 def test_component_sets_install_or_conflict(built_release: Path, rpm_root: Path,
                                             components: tuple[str, ...],
                                             conflict: bool) -> None:
+    # microshift-core requires microshift-selinux: it is part of every set.
     base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
+    base.append(rpm_of(built_release, "selinux"))
     proc = rpm_install_test(rpm_root, base + [rpm_of(built_release, c) for c in components])
     if conflict:
         assert proc.returncode != 0
@@ -85,13 +87,14 @@ def test_component_sets_install_or_conflict(built_release: Path, rpm_root: Path,
 def test_multus_needs_a_networking_provider(built_release: Path, rpm_root: Path) -> None:
     base = sorted((built_release / "sample-base" / "rpms").glob("*.rpm"))
     proc = rpm_install_test(rpm_root, [*base, rpm_of(built_release, "core"),
+                                       rpm_of(built_release, "selinux"),
                                        rpm_of(built_release, "multus")])
     assert proc.returncode != 0
     assert "microshift-networking-provider is needed by microshift-multus" in proc.stderr
 
 
 def test_components_require_the_exact_core_release(built_release: Path) -> None:
-    for component in COMPONENT_RPMS[1:]:
+    for component in set(COMPONENT_RPMS) - {"core", "selinux"}:
         requires = rpm_query("-qp", "--requires", rpm_of(built_release, component))
         assert "microshift-core = 4.14.2-1" in requires.splitlines()
 
@@ -107,9 +110,10 @@ def test_core_contents(built_release: Path, tmp_path: Path) -> None:
     assert "/etc/microshift/config.yaml cn" in config_flags  # config + noreplace
     for dep in ("cri-o", "cri-tools", "conntrack-tools", "iptables", "systemd"):
         assert dep in rpm_query("-qp", "--requires", core).split()
+    assert "microshift-selinux = 4.14.2-1" in rpm_query("-qp", "--requires", core).splitlines()
     assert "systemctl --no-reload preset microshift.service" in \
         rpm_query("-qp", "--scripts", core)
-    extracted = extract(core, tmp_path)
+    extracted = extract_rpm(core, tmp_path)
     out = subprocess.run([extracted / "usr/bin/microshift", "version"], capture_output=True,
                          text=True, check=True).stdout
     assert "MicroShift Version: 4.14.2" in out
@@ -124,7 +128,7 @@ def test_core_ships_every_payload_file_and_the_runtime_pieces(built_release: Pat
                    "microshift-sos-report", "microshift-components"):
         assert modes[f"/usr/bin/{binary}"] == "-rwxr-xr-x", binary
     assert modes["/usr/lib/microshift/manifests.d/000-microshift-components"].startswith("l")
-    root = extract(core, tmp_path)
+    root = extract_rpm(core, tmp_path)
     etcd = subprocess.run([root / "usr/bin/microshift-etcd", "version"], capture_output=True,
                           text=True, check=True).stdout
     assert "MicroShift-etcd Version: 4.14.2-sample" in etcd
@@ -151,7 +155,7 @@ def test_cni_drop_ins_name_the_directories_their_manifests_install_to(
                              ("networking-bridge", "11-microshift-bridge.conf",
                               "/usr/libexec/cni"),
                              ("multus", "12-microshift-multus.conf", "/run/cni/bin")):
-        root = extract(rpm_of(built_release, key), tmp_path / key)
+        root = extract_rpm(rpm_of(built_release, key), tmp_path / key)
         network = tomllib.loads((root / "etc/crio/crio.conf.d" / name).read_text())
         dirs = network["crio"]["network"]["plugin_dirs"]
         assert dirs[0] == first and "/run/cni/bin" in dirs
@@ -160,14 +164,14 @@ def test_cni_drop_ins_name_the_directories_their_manifests_install_to(
 
 
 def test_release_info_package_lists_every_image(built_release: Path, tmp_path: Path) -> None:
-    root = extract(rpm_of(built_release, "release-info"), tmp_path)
+    root = extract_rpm(rpm_of(built_release, "release-info"), tmp_path)
     info = json.loads((root / "usr/share/microshift/release/release-x86_64.json").read_text())
     assert info["images"] == {img.name: img.ref for img in load_release(RELEASE).images()}
 
 
 def test_greenboot_leaves_backup_to_a_binary_that_does_it(built_release: Path,
                                                            tmp_path: Path) -> None:
-    sample = extract(rpm_of(built_release, "greenboot"), tmp_path / "sample")
+    sample = extract_rpm(rpm_of(built_release, "greenboot"), tmp_path / "sample")
     assert (sample / "usr/lib/systemd/system/microshift-data-restore.service").is_file()
     assert os.readlink(sample / "etc/systemd/user/grub-boot-success.timer") == "/dev/null"
     data = yaml.safe_load(RELEASE.read_text())
@@ -176,7 +180,7 @@ def test_greenboot_leaves_backup_to_a_binary_that_does_it(built_release: Path,
     release.write_text(yaml.safe_dump(data))
     build = shutil.copytree(built_release, tmp_path / "build", symlinks=True)
     assert run_cli("--release", release, "rpms", "--build-dir", build, "--no-lint") == 0
-    root = extract(rpm_of(build, "greenboot"), tmp_path / "binary")
+    root = extract_rpm(rpm_of(build, "greenboot"), tmp_path / "binary")
     files = set(rpm_query("-qp", "--list", rpm_of(build, "greenboot")).split())
     assert "/usr/lib/systemd/system/microshift-data-restore.service" not in files
     assert "/usr/lib/greenboot/green.d/40-microshift-set-healthy.sh" not in files
@@ -185,7 +189,7 @@ def test_greenboot_leaves_backup_to_a_binary_that_does_it(built_release: Path,
 
 
 def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) -> None:
-    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    root = extract_rpm(rpm_of(built_release, "networking-ovnk"), tmp_path)
     unit = (root / "usr/lib/systemd/system/microshift-ovs-init.service").read_text()
     assert "Type=oneshot" in unit and "Before=microshift.service" in unit
     assert "ExecStart=/usr/bin/configure-ovs-microshift.sh" in unit
@@ -207,7 +211,7 @@ def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) ->
 
 
 def test_ovs_init_honours_disable_ovs_init(built_release: Path, tmp_path: Path) -> None:
-    root = extract(rpm_of(built_release, "networking-ovnk"), tmp_path)
+    root = extract_rpm(rpm_of(built_release, "networking-ovnk"), tmp_path)
     config = tmp_path / "ovn.yaml"
     config.write_text("disableOVSInit: true\nmtu: 1300\n")
     proc = subprocess.run(["bash", root / "usr/bin/configure-ovs-microshift.sh"],
@@ -251,16 +255,6 @@ def test_noop_rebuild_skips_every_package_and_payload_change_rebuilds_only_core(
     assert "wrote microshift-core-" in err and err.count("wrote ") == 1
     for component in COMPONENT_RPMS[1:]:
         assert f"rpm:microshift-{component}.x86_64: unchanged" in err
-
-
-def extract(rpm: Path, dest: Path) -> Path:
-    root = dest / rpm.name
-    root.mkdir(parents=True, exist_ok=True)
-    cpio = subprocess.run(["rpm2cpio", str(rpm)], capture_output=True, check=True).stdout
-    subprocess.run(["cpio", "-idm", "--quiet"], input=cpio, cwd=root, check=True)
-    return root
-
-
 
 
 def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key(

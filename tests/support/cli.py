@@ -10,7 +10,7 @@ from builder.core.paths import PROJECT_ROOT
 
 RELEASE = PROJECT_ROOT / "release.yaml"
 
-__all__ = ["PROJECT_ROOT", "RELEASE", "build_release", "rpm_query", "run_cli"]
+__all__ = ["PROJECT_ROOT", "RELEASE", "build_release", "extract_rpm", "rpm_query", "run_cli"]
 
 
 def run_cli(*args: str | Path) -> int:
@@ -27,3 +27,12 @@ def build_release(build_dir: Path, release: Path = RELEASE) -> Path:
 def rpm_query(*args: str | Path) -> str:
     proc = subprocess.run(["rpm", *map(str, args)], capture_output=True, text=True, check=True)
     return proc.stdout
+
+
+def extract_rpm(rpm: Path, dest: Path) -> Path:
+    """The RPM's payload unpacked into dest/RPM-NAME (rpm2cpio | cpio), no scriptlets run."""
+    root = dest / rpm.name
+    root.mkdir(parents=True, exist_ok=True)
+    cpio = subprocess.run(["rpm2cpio", str(rpm)], capture_output=True, check=True).stdout
+    subprocess.run(["cpio", "-idm", "--quiet"], input=cpio, cwd=root, check=True)
+    return root
