@@ -27,8 +27,8 @@ from builder.core.steps import (
 )
 from builder.core.templates import render_file, render_source_tree
 from builder.release.catalog import BY_KEY, Component
-from builder.rpm.payloads import resolve_payload
 from builder.release.template_context import component_context
+from builder.rpm.payloads import resolve_payload
 from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
 from builder.rpm.signing import sign_repo, sign_rpms
 
