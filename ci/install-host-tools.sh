@@ -26,6 +26,7 @@ TOOLS=(
     "jq jq jq"
     "curl curl curl"
     "chattr e2fsprogs e2fsprogs"
+    "g++ g++ gcc-c++"
 )
 PY_RPM_DEB=python3-rpm
 PY_RPM_FEDORA=python3-rpm

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import BinaryIO
 
 NUMBERS = {"y": "B", "b": "?", "n": "h", "q": "H", "i": "i", "u": "I", "h": "i",
            "x": "q", "t": "Q", "d": "d"}
@@ -48,7 +48,7 @@ class FileSlice:
     size: int
 
 
-Piece = Union[bytes, memoryview, FileSlice]
+Piece = bytes | memoryview | FileSlice
 
 
 @dataclass(frozen=True)
@@ -155,8 +155,8 @@ def _decode(gtype: GType, data: memoryview, order: str) -> object:
         if child.code == "y":
             return data
         return [_decode(child, span, order) for span in _array_spans(child, data)]
-    return tuple(_decode(c, span, order)
-                 for c, span in zip(gtype.children, _tuple_spans(gtype.children, data)))
+    spans = _tuple_spans(gtype.children, data)
+    return tuple(_decode(c, span, order) for c, span in zip(gtype.children, spans, strict=True))
 
 
 def _rfind_nul(data: memoryview) -> int:
@@ -269,7 +269,7 @@ def _encode(gtype: GType, value: object, order: str) -> list[Piece]:
         return _frame([_encode(child, item, order) for item in value], [child] * len(value),
                       array=True, fixed=child.fixed_size is not None)
     assert isinstance(value, tuple) and len(value) == len(gtype.children)
-    members = [_encode(c, v, order) for c, v in zip(gtype.children, value)]
+    members = [_encode(c, v, order) for c, v in zip(gtype.children, value, strict=True)]
     pieces = _frame(members, list(gtype.children), array=False, fixed=gtype.fixed_size is not None)
     if gtype.fixed_size is not None:  # fixed-size tuples are padded to their alignment
         pad = gtype.fixed_size - sum(map(piece_size, pieces))
@@ -283,15 +283,16 @@ def _frame(members: list[list[Piece]], types: list[GType], *, array: bool,
     pieces: list[Piece] = []
     ends: list[int] = []
     offset = 0
-    for index, (member, gtype) in enumerate(zip(members, types)):
+    for index, (member, gtype) in enumerate(zip(members, types, strict=True)):
         pad = _align(offset, gtype.alignment) - offset
         if pad:
             pieces.append(b"\0" * pad)
         pieces.extend(member)
         offset += pad + sum(map(piece_size, member))
-        if array and not fixed:
-            ends.append(offset)
-        elif not array and gtype.fixed_size is None and index < len(members) - 1:
+        # Arrays frame every variable-size element; tuples every variable-size member
+        # but the last, whose end is where the framing offsets begin.
+        last = index == len(members) - 1
+        if (array and not fixed) or (not array and gtype.fixed_size is None and not last):
             ends.append(offset)
     if not ends:
         return pieces

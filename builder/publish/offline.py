@@ -18,6 +18,7 @@ that the device holds the delta's source commit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import mmap
@@ -28,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, cast
 
 from builder.core import gvariant
 from builder.core.errors import BuildError
@@ -131,23 +133,22 @@ def parse_superblock(data: memoryview, source: str) -> Superblock:
         except GVariantError as exc:
             raise OfflineDeltaError(f"{source}: damaged signed superblock: {exc}") from exc
     try:
-        value = gvariant.decode(SUPERBLOCK_TYPE, data)
-        assert isinstance(value, tuple)
-        metadata = tuple((str(k), v) for k, v in value[0])  # type: ignore[attr-defined]
+        value = cast(tuple[Any, ...], gvariant.decode(SUPERBLOCK_TYPE, data))
+        metadata = tuple((str(k), v) for k, v in value[0])
         order = _byteorder(metadata)
         spans = gvariant.children(SUPERBLOCK_TYPE, data)
-        headers = gvariant.decode(PART_HEADER_TYPE, spans[6], order)
-        fallbacks = gvariant.decode(FALLBACK_TYPE, spans[7], order)
+        headers = cast(list[tuple[Any, ...]], gvariant.decode(PART_HEADER_TYPE, spans[6], order))
+        fallbacks = cast(list[tuple[Any, ...]], gvariant.decode(FALLBACK_TYPE, spans[7], order))
     except (GVariantError, UnicodeDecodeError, ValueError) as exc:
         raise OfflineDeltaError(f"{source}: not an ostree static delta ({exc})") from exc
     to_commit = _checksum(value[3], source, "to-commit")
-    from_commit = _checksum(value[2], source, "from-commit") if len(value[2]) else None  # type: ignore[arg-type]
+    from_commit = _checksum(value[2], source, "from-commit") if len(value[2]) else None
     commit = spans[4]
     return Superblock(
         from_commit, to_commit, _commit_version(commit), metadata, commit,
         tuple(PartHeader(int(v), _hex(c), int(s), int(u), _objects(o, source))
-              for v, c, s, u, o in headers),  # type: ignore[attr-defined]
-        tuple(Fallback(int(t), _hex(c), int(s), int(u)) for t, c, s, u in fallbacks),  # type: ignore[attr-defined]
+              for v, c, s, u, o in headers),
+        tuple(Fallback(int(t), _hex(c), int(s), int(u)) for t, c, s, u in fallbacks),
         value)
 
 
@@ -155,23 +156,29 @@ def _byteorder(metadata: Sequence[tuple[str, Variant]]) -> str:
     """ostree writes part headers in the generating host's order and records it."""
     for key, variant in metadata:
         if key == "ostree.endianness" and variant.type == "y":
-            return "big" if bytes(variant.data[:1]) == b"B" else "little"  # type: ignore[index]
+            return "big" if _raw(variant.data)[:1] == b"B" else "little"
     return "little"
 
 
-def _hex(data: object) -> str:
-    return bytes(data).hex()  # type: ignore[call-overload]
+def _raw(data: bytes | memoryview | FileSlice) -> bytes:
+    if isinstance(data, FileSlice):
+        raise GVariantError("a file slice is not decoded data")
+    return bytes(data)
 
 
-def _checksum(data: object, source: str, what: str) -> str:
-    raw = bytes(data)  # type: ignore[call-overload]
+def _hex(data: memoryview) -> str:
+    return bytes(data).hex()
+
+
+def _checksum(data: memoryview, source: str, what: str) -> str:
+    raw = bytes(data)
     if len(raw) != 32:
         raise OfflineDeltaError(f"{source}: {what} checksum has {len(raw)} bytes, expected 32")
     return raw.hex()
 
 
-def _objects(data: object, source: str) -> tuple[tuple[int, str], ...]:
-    raw = bytes(data)  # type: ignore[call-overload]
+def _objects(data: memoryview, source: str) -> tuple[tuple[int, str], ...]:
+    raw = bytes(data)
     if len(raw) % 33:
         raise OfflineDeltaError(f"{source}: a part's object list is damaged")
     return tuple((raw[i], raw[i + 1:i + 33].hex()) for i in range(0, len(raw), 33))
@@ -179,10 +186,10 @@ def _objects(data: object, source: str) -> tuple[tuple[int, str], ...]:
 
 def _commit_version(commit: memoryview) -> str | None:
     try:
-        metadata = gvariant.decode(COMMIT_TYPE, commit)[0]  # type: ignore[index]
+        metadata = cast(tuple[Any, ...], gvariant.decode(COMMIT_TYPE, commit))[0]
         for key, variant in metadata:
             if key == "version" and variant.type == "s":
-                return str(gvariant.decode("s", variant.data))  # type: ignore[arg-type]
+                return str(gvariant.decode("s", _raw(variant.data)))
     except (GVariantError, UnicodeDecodeError):
         return None
     return None
@@ -199,10 +206,9 @@ def mapped(path: Path) -> Iterator[memoryview]:
         try:
             yield memoryview(mapping)
         finally:
-            try:
+            # Views still referenced (an exception's frames) keep it open until collected.
+            with contextlib.suppress(BufferError):
                 mapping.close()
-            except BufferError:
-                pass  # views still referenced (an exception's frames): closed when collected
 
 
 def check_offline_file(path: Path) -> tuple[Superblock, str]:

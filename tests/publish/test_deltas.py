@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 
 from builder.core.ostree import delta_dir
-from builder.publish.deltas import DeltaReport, UpdatePath, report_dir, transfer_seconds
+from builder.publish.report import DeltaReport, UpdatePath, report_dir, transfer_seconds
 from tests.support.ostree import ComposedPair, cli, copy_build, device_repo, head, ostree, serve
 
 F = TypeVar("F", bound=Callable[..., None])
