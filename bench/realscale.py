@@ -132,7 +132,7 @@ def apply_checks(repo: Repo, report: dict[str, Any], files_dir: Path,
 
 def measure(series_name: str, releases: int, out: Path) -> dict[str, Any]:
     series = SERIES[series_name]
-    cache, build = out / "cache", out / "realscale" / series.name / "build"
+    cache, build = out / "cache", out / "realscale" / f"{series.name}-{releases}" / "build"
     print(f"realscale {series.name}: composing {releases} releases", flush=True)
     release_files = compose_series(series, releases, cache, build)
     repo = Repo(build / "ostree" / "repo", Runner())

