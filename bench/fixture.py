@@ -165,6 +165,9 @@ class _HashingWriter:
         self.size += len(data)
         return self.handle.write(data)
 
+    def tell(self) -> int:
+        return self.size
+
     def close(self) -> None:
         self.handle.close()
 

@@ -9,11 +9,12 @@ then the compressed part). See docs/offline-deltas.md.
 
 The file is written from the delta already generated into the repository: the parts are
 copied into the superblock's dictionary, nothing is generated twice. It never contains
-fallback entries (objects left for HTTP), which `apply-offline` refuses only after it has
-already written the new commit object into the device repo; so a file is checked here before
-anything touches the device: the format, fallback entries, each part's sha256 against the
-superblock (ostree skips that check for inline parts), the commit against its checksum, and
-that the device holds the delta's source commit.
+fallback entries (objects left for HTTP), which `apply-offline` refuses ("contains nonempty
+http fallback entries"). Before anything touches a device a file is checked here, so a bad
+one is named with what is wrong: the format, fallback entries, each part's size and sha256
+against the superblock (ostree skips that check for inline parts, and would apply a damaged
+part until its object checksums fail), the commit against its checksum, the file name
+against its content, and that the device holds the delta's source commit.
 """
 
 from __future__ import annotations
@@ -345,16 +346,7 @@ def apply_offline(runner: Runner, repo_path: Path, delta_file: Path,
                                  "file whose name starts with the device's commit, or "
                                  "empty-*.delta")
     commit = superblock.to_commit
-    had_commit = repo.has_commit(commit)
-    try:
-        repo.delta_apply_offline(delta_file)
-    except BuildError:
-        if not had_commit and repo.has_commit(commit):
-            # ostree writes the commit object first; mark it partial, as an interrupted
-            # pull does, so nothing takes it for a complete commit and a pull completes it.
-            (repo_path / "state").mkdir(exist_ok=True)
-            (repo_path / "state" / f"{commit}.commitpartial").touch()
-        raise
+    repo.delta_apply_offline(delta_file)
     if not repo.has_commit(commit):
         raise OfflineDeltaError(f"after applying {delta_file.name}, {repo_path} lacks "
                                 f"commit {commit}")
