@@ -154,3 +154,18 @@ def test_peak_memory_of_a_command_is_measured() -> None:
     measured = Runner().measured(["python3", "-c", "x = bytearray(300 * 1024 * 1024)"])
     assert measured.peak_rss >= 300 * 1024 * 1024
     assert measured.seconds > 0
+
+
+def test_peak_memory_is_the_command_s_not_the_caller_s() -> None:
+    ballast = bytearray(400 * 1024 * 1024)  # this process is large; `true` is not
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    measured = Runner().measured(["true"])
+    assert measured.peak_rss < 100 * 1024 * 1024
+    del ballast
+
+
+def test_a_measured_command_s_failure_is_a_tool_error() -> None:
+    from builder.core.errors import ToolError
+
+    with pytest.raises(ToolError, match="exit code 3"):
+        Runner().measured(["python3", "-c", "import sys; sys.exit(3)"])
