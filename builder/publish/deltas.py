@@ -96,6 +96,11 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
         plans = [plan_path(source, repo.files(source) if source else [], new_files, ceiling)
                  for source in [*previous, None]]
         ctx.progress.info(f"up to {jobs} paths at once, memory ceiling {human_bytes(ceiling)}")
+        for plan in plans:
+            if plan.memory_estimate > ceiling:
+                ctx.progress.info(f"{(plan.from_commit or 'empty')[:12]}: estimated peak "
+                                  f"{human_bytes(plan.memory_estimate)} is over the ceiling "
+                                  "even without bsdiff; it runs alone")
         target = _Target(repo, head, new_files, out_dir if options.offline else None)
         built = run_parallel(lambda plan: _build_path(ctx, target, plan), plans, jobs, ceiling)
         paths = tuple(built[id(plan)] for plan in plans)
