@@ -7,15 +7,25 @@ Each command lives in its own module exposing `register(subparsers)`; the module
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
+import shlex
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+from builder import __version__
 from builder.context import Context
+from builder.core.buildlock import build_dir_lock
+from builder.core.children import stop_gpg_agents
+from builder.core.diskspace import no_space_error
 from builder.core.errors import BuildError
 from builder.core.progress import Progress
+
+PROG = "microshift-builder"
 
 COMMAND_MODULES = (
     "builder.commands.packaging",
@@ -40,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="progress as JSON lines on stderr (for CI)")
     parser.add_argument("--release", type=Path, default=Path("release.yaml"),
                         help="release definition (default: ./release.yaml)")
+    parser.add_argument("--wait", action="store_true",
+                        help="when another run holds the build directory, wait for it "
+                             "instead of failing")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -55,7 +69,7 @@ def _accept_global_options(parser: argparse.ArgumentParser) -> None:
     if "--release" not in known:
         parser.add_argument("--release", type=Path, default=argparse.SUPPRESS,
                             help="release definition (default: ./release.yaml)")
-    for flag in ("--debug", "--json"):
+    for flag in ("--debug", "--json", "--wait"):
         if flag not in known:
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS,
                                 help=argparse.SUPPRESS)
@@ -72,19 +86,49 @@ def main(argv: list[str] | None = None) -> int:
     ctx = Context(build_dir=getattr(args, "build_dir", Path("build")).resolve(),
                   release_path=args.release.resolve(),
                   progress=Progress(json_mode=args.json))
+    if args.json:  # CI records which tool made the artifacts
+        ctx.progress.info(f"{PROG} {__version__}", version=__version__)
+    started = time.time()
     try:
-        return int(args.func(ctx, args))
-    except BuildError as exc:
-        if args.debug:
-            raise
-        if args.json:  # CI parses stderr as JSON lines: the error is one more event
-            print(json.dumps({"event": "error", "message": exc.message, "hint": exc.hint,
-                              "exit_code": exc.exit_code}, sort_keys=True), file=sys.stderr)
-        else:
-            print(f"error: {exc.message}", file=sys.stderr)
-            if exc.hint:
-                print(f"hint: {exc.hint}", file=sys.stderr)
-        return exc.exit_code
+        with _build_dir_held(ctx, args, sys.argv[1:] if argv is None else argv):
+            return int(args.func(ctx, args))
+    except (BuildError, OSError) as exc:
+        error = no_space_error(exc, ctx.build_dir, ctx.progress.failed_at or args.command)
+        if error is not None:
+            error.__cause__ = exc
+            return _report(error, args)
+        if isinstance(exc, BuildError):
+            return _report(exc, args)
+        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        # Failed or not, no gpg-agent this run started outlives it.
+        homes = [home for home in (getattr(args, "gpg_homedir", None),) if home is not None]
+        stop_gpg_agents(ctx.runner, ctx.build_dir, homes, started)
+
+
+@contextlib.contextmanager
+def _build_dir_held(ctx: Context, args: argparse.Namespace,
+                    words: list[str]) -> Iterator[None]:
+    """Every command that writes into a build directory holds its lock for the whole run."""
+    if not hasattr(args, "build_dir"):
+        yield
+        return
+    command = shlex.join(["python", "-m", "builder", *words])
+    with build_dir_lock(ctx.build_dir, command, ctx.progress, wait=args.wait):
+        yield
+
+
+def _report(exc: BuildError, args: argparse.Namespace) -> int:
+    if args.debug:
+        raise exc
+    if args.json:  # CI parses stderr as JSON lines: the error is one more event
+        print(json.dumps({"event": "error", "message": exc.message, "hint": exc.hint,
+                          "exit_code": exc.exit_code}, sort_keys=True), file=sys.stderr)
+    else:
+        print(f"error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+    return exc.exit_code

@@ -27,6 +27,9 @@ TOOLS=(
     "curl curl curl"
     "chattr e2fsprogs e2fsprogs"
     "g++ g++ gcc-c++"
+    # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
+    # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
+    "kubectl kubernetes-client kubernetes-client"
 )
 PY_RPM_DEB=python3-rpm
 PY_RPM_FEDORA=python3-rpm
@@ -50,6 +53,12 @@ fi
 if [ ! -e /usr/share/hunspell/en_US.dic ] && [ ! -e /usr/share/myspell/en_US.dic ]; then
     missing_deb+=(hunspell-en-us)
     missing_fedora+=(hunspell-en-US)
+fi
+# microshift-components (a zip application the device runs with its system Python) needs
+# PyYAML; the device simulation runs it with this machine's /usr/bin/python3.
+if ! /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1; then
+    missing_deb+=(python3-yaml)
+    missing_fedora+=(python3-pyyaml)
 fi
 # The rpm Python bindings (used through the `rpm` shim from PyPI inside virtualenvs).
 if ! /usr/bin/python3 -c 'import rpm' >/dev/null 2>&1; then

@@ -6,6 +6,8 @@ of the chosen components' plugins names must be embedded through the blueprint's
 plugin directories /usr/lib/microshift/components.d/NNN-name/ with their kustomize files),
 finds each pod container's `image:` (containers, initContainers, ephemeralContainers) and
 applies kustomization `images:` rewrites (name -> newName, newTag, digest) as kustomize would.
+The CRI-O drop-ins a package ships (etc/crio/crio.conf.d/*.conf) are read too: their
+`crio.image.pause_image` is the infra container of every pod, so it must be cached as well.
 Images handed over any other way (environment values, text a plugin script prints) are not
 seen: components keep their pod images in manifest files for this check to work.
 """
@@ -13,6 +15,7 @@ seen: components keep their pod images in manifest files for this check to work.
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ POD_CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 DIGEST_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
+CRIO_DROPINS = "etc/crio/crio.conf.d"
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,9 @@ def scan_tree(root: Path) -> list[ManifestImage]:
     found: list[tuple[str, str, str]] = []
     rewrites: list[ImageRewrite] = []
     for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        if path.parent == root / CRIO_DROPINS and path.suffix == ".conf":
+            found += _crio_images(path, path.relative_to(root).as_posix())
+            continue
         if path.suffix not in MANIFEST_SUFFIXES and path.name not in KUSTOMIZATION_NAMES:
             continue
         rel = path.relative_to(root).as_posix()
@@ -80,6 +87,16 @@ def scan_tree(root: Path) -> list[ManifestImage]:
             for field, ref in _pod_images(doc, prefix):
                 found.append((rel, field, ref))
     return [ManifestImage(rel, field, _rewrite(ref, rel, rewrites)) for rel, field, ref in found]
+
+
+def _crio_images(path: Path, rel: str) -> list[tuple[str, str, str]]:
+    try:
+        config = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise BuildError(f"{rel}: not a valid CRI-O drop-in (TOML): {exc}") from exc
+    image = config.get("crio", {}).get("image", {})
+    ref = image.get("pause_image") if isinstance(image, dict) else None
+    return [(rel, "crio.image.pause_image", ref)] if isinstance(ref, str) else []
 
 
 def _kind(doc: Any) -> object:

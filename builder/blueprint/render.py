@@ -196,11 +196,33 @@ def profile_images(release: Release, profile: Profile) -> tuple[Image, ...]:
     return release.images(profile.components)
 
 
+# greenboot's units, enabled in every image that carries microshift-greenboot, as osbuild's
+# edge image types enable them (their health check and boot counter decide a rollback).
+GREENBOOT_SERVICES = ("greenboot-healthcheck.service", "greenboot-task-runner.service",
+                      "greenboot-grub2-set-counter.service", "greenboot-grub2-set-success.service",
+                      "greenboot-rpm-ostree-grub2-check-fallback.service",
+                      "greenboot-status.service", "redboot-auto-reboot.service",
+                      "redboot-task-runner.service")
+# Pod networks that must reach the host: MicroShift's default IPv4 cluster network and the
+# IPv6 one of dual-stack and IPv6 clusters (upstream: fd01::/48).
+POD_NETWORKS = ("10.42.0.0/16", "fd01::/48")
+OVNK_HOST_GATEWAY = "169.254.169.1"
+
+
 def services(profile: Profile) -> list[str]:
     names: list[str] = []
     for key in profile.components:
         names += [s for s in component(key).services if s not in names]
+    if any(spec.name == "microshift-greenboot" for spec in profile.packages):
+        names += [s for s in GREENBOOT_SERVICES if s not in names]
     return names
+
+
+def trusted_sources(profile: Profile) -> list[str]:
+    sources = list(POD_NETWORKS)
+    if "networking-ovnk" in profile.components:
+        sources.append(OVNK_HOST_GATEWAY)
+    return sources
 
 
 def render_blueprint(release: Release, profile: Profile) -> str:
@@ -215,6 +237,7 @@ def render_blueprint(release: Release, profile: Profile) -> str:
         "packages": pinned_packages(release, profile),
         "containers": profile_images(release, profile),
         "services": services(profile),
+        "trusted_sources": trusted_sources(profile),
         "settings": profile.settings,
     }
     return _render(profile.blueprints_dir, profile.template, context)

@@ -1,7 +1,7 @@
-"""`composer`: talk to an Image Builder service (osbuild-composer) over its Weldr API.
+"""`composer`: build on an Image Builder service (osbuild-composer) over its Weldr API.
 
-    python -m builder composer compose --image NAME --build-dir DIR --type edge-commit \\
-        --ref rhel/9/x86_64/edge [--parent REF_OR_COMMIT --url OSTREE_REPO_URL]
+    python -m builder composer compose --image NAME --build-dir DIR [--type commit|installer]
+        [--ref REF] [--serve-repo HOST:PORT | --url OSTREE_REPO_URL [--parent REF_OR_COMMIT]]
     python -m builder composer push --image NAME --build-dir DIR
     python -m builder composer depsolve --image NAME
     python -m builder composer status UUID [--wait]
@@ -15,28 +15,19 @@ Every action takes --socket PATH (default /run/weldr/api.socket) or --service-ur
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.commands.options import add_build_dir
-from builder.composer.remote import (
-    COMPOSE_TYPES,
-    ComposeOptions,
-    ComposeResult,
-    WaitOptions,
-    describe_package,
-    fetch_result,
-    load_blueprint,
-    run_compose,
-    wait_for_compose,
-)
+from builder.commands.options import add_build_dir, add_signing_options, signing_key
+from builder.composer.request import TYPE_CHOICES, ComposeOptions
+from builder.composer.wait import WaitOptions, wait_for_compose
 from builder.context import Context
 from builder.core.errors import InputError
 
 if TYPE_CHECKING:
     from builder.composer.client import WeldrClient
-
-DEFAULT_REF = "rhel/9/x86_64/edge"
+    from builder.composer.results import ComposeResult
 
 
 def register(sub: Any) -> None:
@@ -60,21 +51,10 @@ def register(sub: Any) -> None:
                             "(osbuild-composer) over the Weldr API")
     actions = parser.add_subparsers(dest="composer_action", required=True, metavar="ACTION")
 
-    compose = actions.add_parser("compose", parents=[common, waiting],
-                                 help="push + depsolve + compose + wait + download + import")
-    add_build_dir(compose)
-    _add_image(compose)
-    compose.add_argument("--type", dest="compose_type", choices=COMPOSE_TYPES,
-                         default="edge-commit", help="image type (default edge-commit)")
-    compose.add_argument("--ref", default=DEFAULT_REF, help=f"ostree ref (default {DEFAULT_REF})")
-    compose.add_argument("--parent", default=None,
-                         help="parent ref or commit checksum for an upgrade commit")
-    compose.add_argument("--url", dest="ostree_url", default=None,
-                         metavar="URL", help="URL of the ostree repo holding the parent "
-                         "(required with --parent and for edge-installer)")
-    compose.set_defaults(func=cmd_compose)
+    _register_compose(actions, [common, waiting])
 
-    push = actions.add_parser("push", parents=[common], help="push DIR/blueprints/NAME.toml")
+    push = actions.add_parser("push", parents=[common], help="push DIR/blueprints/NAME.toml "
+                              "(not again when the service holds it already)")
     add_build_dir(push)
     _add_image(push)
     push.set_defaults(func=cmd_push)
@@ -91,17 +71,47 @@ def register(sub: Any) -> None:
     status.set_defaults(func=cmd_status)
 
     fetch = actions.add_parser("fetch", parents=[common],
-                               help="download a FINISHED compose (and import an edge-commit)")
+                               help="download a FINISHED compose and publish it")
     add_build_dir(fetch)
     _add_image(fetch)
     fetch.add_argument("uuid")
-    fetch.add_argument("--ref", default=None, help="fail unless the commit is on this ref")
+    _add_ref(fetch, "fail unless the commit is on this ref (default: the ref it was composed "
+                    "for, when composed from here)")
+    add_signing_options(fetch)
     fetch.set_defaults(func=cmd_fetch)
+
+
+def _register_compose(actions: Any, parents: list[argparse.ArgumentParser]) -> None:
+    compose = actions.add_parser("compose", parents=parents,
+                                 help="push + depsolve + compose + wait + download + publish")
+    add_build_dir(compose)
+    _add_image(compose)
+    compose.add_argument("--type", dest="image_type", choices=TYPE_CHOICES, default="commit",
+                         help="commit or installer: the service's edge-* (RHEL) or iot-* "
+                              "(Fedora) type, whichever it offers; or that type by name "
+                              "(default commit)")
+    _add_ref(compose, "ostree ref of the commit (default: the one `compose` uses: "
+                      "release.yaml ostree.ref, else the profile's)")
+    source = compose.add_mutually_exclusive_group()
+    source.add_argument("--serve-repo", dest="serve", metavar="HOST:PORT", default=None,
+                        help="serve DIR/ostree/repo to the workers at this address of this "
+                             "machine while the compose runs (commit parent, installer payload)")
+    source.add_argument("--url", dest="ostree_url", default=None, metavar="URL",
+                        help="URL at which the workers reach DIR/ostree/repo as published "
+                             "(needed for installers; commits get the ref's head as parent)")
+    compose.add_argument("--parent", default=None,
+                         help="parent ref or commit (default: the ref's head in DIR/ostree/repo)")
+    add_signing_options(compose)
+    compose.set_defaults(func=cmd_compose)
 
 
 def _add_image(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", required=True, metavar="NAME",
                         help="blueprint name (DIR/blueprints/NAME.toml)")
+
+
+def _add_ref(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--ref", default=None, help=text)
 
 
 def _client(args: argparse.Namespace) -> WeldrClient:
@@ -120,6 +130,16 @@ def _client(args: argparse.Namespace) -> WeldrClient:
     return WeldrClient(endpoint, timeout=args.timeout)
 
 
+def _uuid(text: str) -> str:
+    from builder.composer.client import normalize_uuid
+
+    uuid = normalize_uuid(text)
+    if uuid is None:
+        raise InputError("command line", "UUID", f"{text!r} is not a compose id; give the "
+                         "build_id the compose printed, e.g. 0b6d1f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b")
+    return uuid
+
+
 def _wait_options(args: argparse.Namespace) -> WaitOptions:
     if args.poll_interval < 0:
         raise InputError("command line", "--poll-interval", f"{args.poll_interval:g} is negative")
@@ -131,35 +151,52 @@ def _wait_options(args: argparse.Namespace) -> WaitOptions:
 def _report(result: ComposeResult) -> None:
     print(f"{result.uuid} {result.compose_type} {result.artifact}")
     if result.commit is not None:
-        print(f"{result.commit.ref} {result.commit.commit}")
+        print(f"{result.commit.ref} {result.commit.commit} {result.commit.version}")
 
 
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
-    options = ComposeOptions(compose_type=args.compose_type, ref=args.ref,
-                             parent=args.parent, url=args.ostree_url)
+    from builder.compose.commit import image_ref
+    from builder.composer.remote import ComposeJob, check_job, run_compose
+
+    ref = args.ref
+    if ref is None:
+        try:
+            ref = image_ref(ctx, args.image)
+        except InputError as exc:
+            raise InputError("command line", "--ref", f"no default ref for image "
+                             f"{args.image!r} ({exc.message}); give --ref") from exc
+    options = ComposeOptions(image_type=args.image_type, ref=ref, parent=args.parent,
+                             url=args.ostree_url)
+    job = ComposeJob(build_dir=ctx.build_dir, image=args.image, release=ctx.release,
+                     options=options, wait=_wait_options(args), serve=args.serve)
+    check_job(job)  # before a signing key is made or the service is asked anything
+    job = replace(job, key=signing_key(ctx, args))
     client = _client(args)
     try:
-        result = run_compose(client, build_dir=ctx.build_dir, image=args.image, options=options,
-                             wait=_wait_options(args), progress=ctx.progress,
-                             runner=ctx.runner)
+        result = run_compose(client, job, ctx.progress, ctx.runner)
     finally:
         client.close()
     _report(result)
     return 0
 
 
+
 def cmd_push(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.composer.blueprints import load_blueprint, sync_blueprint
+
     blueprint = load_blueprint(ctx.build_dir, args.image)
     client = _client(args)
     try:
         with ctx.progress.step(f"push blueprint {blueprint.name}"):
-            client.push_blueprint(blueprint.text)
+            sync_blueprint(client, blueprint.data, blueprint.text, ctx.progress)
     finally:
         client.close()
     return 0
 
 
 def cmd_depsolve(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.composer.remote import describe_package
+
     client = _client(args)
     try:
         packages = client.depsolve(args.image)
@@ -171,12 +208,14 @@ def cmd_depsolve(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
+    uuid = _uuid(args.uuid)
+    wait = _wait_options(args) if args.wait else None
     client = _client(args)
     try:
-        if args.wait:
-            status = wait_for_compose(client, args.uuid, ctx.progress, _wait_options(args))
+        if wait is not None:
+            status = wait_for_compose(client, uuid, ctx.progress, wait)
         else:
-            status = client.status(args.uuid)
+            status = client.status(uuid)
     finally:
         client.close()
     print(f"{status.uuid} {status.queue_status} {status.compose_type} {status.blueprint} "
@@ -185,11 +224,17 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.composer.request import kind_of
+    from builder.composer.results import Target, fetch_result
+
+    uuid = _uuid(args.uuid)
     client = _client(args)
     try:
-        status = client.status(args.uuid)
-        result = fetch_result(client, status, build_dir=ctx.build_dir, image=args.image,
-                              progress=ctx.progress, runner=ctx.runner, expected_ref=args.ref)
+        status = client.status(uuid)
+        # Only a commit is signed; ask for the key once the compose is known to be one.
+        key = signing_key(ctx, args) if kind_of(status.compose_type) == "commit" else None
+        target = Target(ctx.build_dir, args.image, ctx.release, key, args.ref)
+        result = fetch_result(client, status, target, ctx.progress, ctx.runner)
     finally:
         client.close()
     _report(result)

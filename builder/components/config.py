@@ -3,9 +3,12 @@
 The field names follow MicroShift 4.14's pkg/config (dns.baseDomain, network.clusterNetwork,
 network.serviceNetwork, network.serviceNodePortRange, node.hostnameOverride, node.nodeIP,
 apiServer.advertiseAddress, apiServer.subjectAltNames, debugging.logLevel,
-etcd.memoryLimitMB). The environment is the one of seed 003's plugin calling convention,
-plus MICROSHIFT_SYSROOT, this project's extension that lets a plugin read its configuration
-files from an extracted image tree instead of "/".
+etcd.memoryLimitMB, manifests.kustomizePaths). The environment is the one of seed 003's
+plugin calling convention, plus MICROSHIFT_SYSROOT, this project's extension that lets a
+plugin read its configuration files from an extracted image tree instead of "/".
+
+Devices run this module too (microshift-components, builder.components.service) with the
+system's Python 3.9 on RHEL 9: no syntax or run-time feature newer than 3.9 here.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
@@ -28,7 +32,11 @@ CLUSTER_URL = "https://localhost:6443"
 # RFC 1123 subdomain: what Kubernetes accepts as a node name, and a DNS domain.
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+if TYPE_CHECKING:  # an annotation only: `X | Y` at run time needs Python 3.10
+    Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# MicroShift 4.14's default manifests.kustomizePaths (pkg/config/manifests.go).
+DEFAULT_KUSTOMIZE_PATHS = ("/usr/lib/microshift/manifests", "/usr/lib/microshift/manifests.d/*",
+                           "/etc/microshift/manifests", "/etc/microshift/manifests.d/*")
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,13 @@ class MicroShiftConfig:
     subject_alt_names: tuple[str, ...] = ()
     log_level: str = "Normal"
     etcd_memory_limit_mb: int = 0
+    # None: the file does not set manifests.kustomizePaths, MicroShift's defaults apply.
+    kustomize_paths: tuple[str, ...] | None = None
+
+    @property
+    def effective_kustomize_paths(self) -> tuple[str, ...]:
+        return DEFAULT_KUSTOMIZE_PATHS if self.kustomize_paths is None \
+            else self.kustomize_paths
 
 
 def load_config(path: Path) -> MicroShiftConfig:
@@ -58,9 +73,9 @@ def load_config(path: Path) -> MicroShiftConfig:
 def parse_config(data: object, file: str) -> MicroShiftConfig:
     """Validate the whole document; the first problem is one InputError naming the field."""
     top = Fields(file, "", data)
-    dns, network, node, api, debugging, etcd = (
+    dns, network, node, api, debugging, etcd, manifests = (
         _section(top, key) for key in ("dns", "network", "node", "apiServer", "debugging",
-                                       "etcd"))
+                                       "etcd", "manifests"))
     top.close()
     domain = dns.get("baseDomain", str, "example.com")
     dns.check("baseDomain", domain, _is_dns_subdomain, "a lower-case DNS domain")
@@ -88,11 +103,26 @@ def parse_config(data: object, file: str) -> MicroShiftConfig:
     etcd.check("memoryLimitMB", memory, lambda m: m == 0 or m >= 128,
                "0 (no limit) or at least 128")
     etcd.close()
+    paths = _kustomize_paths(manifests)
+    manifests.close()
     return MicroShiftConfig(
         base_domain=domain, cluster_network=cluster, service_network=service,
         node_port_range=ports, hostname_override=hostname, node_ip=node_ip,
         advertise_address=advertise, subject_alt_names=sans, log_level=level,
-        etcd_memory_limit_mb=memory)
+        etcd_memory_limit_mb=memory, kustomize_paths=paths)
+
+
+def _kustomize_paths(fields: Fields) -> tuple[str, ...] | None:
+    """manifests.kustomizePaths: absolute paths or glob patterns; [] disables manifests."""
+    if not fields.has("kustomizePaths") or fields.data["kustomizePaths"] is None:
+        fields.get("kustomizePaths", list)
+        return None
+    paths = fields.get("kustomizePaths", list)
+    for path in paths:
+        fields.check("kustomizePaths", path, lambda p: isinstance(p, str) and
+                     p.startswith("/"), "absolute paths or glob patterns, e.g. "
+                     "/etc/microshift/manifests.d/*")
+    return tuple(paths)
 
 
 def _section(top: Fields, key: str) -> Fields:

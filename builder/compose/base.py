@@ -21,6 +21,7 @@ from pathlib import Path
 
 from builder.compose.rootfs import clean_rpmdb, etc_to_usr_etc, rpm_env, var_to_tmpfiles
 from builder.context import Context
+from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.steps import canonical_json, file_digest
@@ -108,6 +109,9 @@ def _sample_base(ctx: Context, build_repo: Repo, workdir: Path) -> BaseCommit:
     if existing and build_repo.metadata(existing, "microshift.base-inputs") == identity:
         ctx.progress.skipped("SAMPLE base commit", identity)
         return BaseCommit(existing, True, f"SAMPLE base {existing[:12]}")
+    # The tree, its commit and an rpm database (2.4 MiB in all for 173 KiB of RPMs, measured).
+    ensure_space(ctx.build_dir, 4 * sum(rpm.stat().st_size for rpm in rpms) + 3 * MiB,
+                 "the SAMPLE base commit")
     with ctx.progress.step(f"SAMPLE base commit from {len(rpms)} stand-in RPMs"):
         tree = Path(tempfile.mkdtemp(prefix="sample-base-", dir=workdir))
         try:

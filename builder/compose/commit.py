@@ -42,6 +42,7 @@ from builder.compose.rootfs import (
 )
 from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
+from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo
 from builder.core.signing import SigningKey, stop_agent
@@ -160,6 +161,7 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
     inputs = load_compose_inputs(ctx.build_dir, image, release.evr)
     ref = options.ref or release.ostree.ref_for(release.architectures[0], image, inputs.ref)
     verify_packages(inputs.packages, inputs.lock_path)
+    ensure_space(ctx.build_dir, compose_space(inputs), f"the compose of {image}")
     archive, build_repo = ostree_dirs(ctx)
     with ctx.progress.step(f"compose {image} {release.evr} -> {ref}"), \
             compose_lock(ctx) as work:
@@ -191,6 +193,15 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
     ctx.progress.info(f"{ref} = {commit} ({state}) in {archive.path}", ref=ref, commit=commit,
                       changed=changed)
     return result
+
+
+def compose_space(inputs: ComposeInputs) -> int:
+    """What a compose writes, at least: the installed tree (RPM payloads unpack to two or
+    three times their compressed size), its commit in the bare build repo, the compressed
+    copy in the published repo and the rpm database. Container images come on top; a disk
+    that fills while they are copied is reported as such."""
+    packed = sum(pkg.path.stat().st_size for pkg in inputs.packages if pkg.path.is_file())
+    return 7 * packed + 4 * MiB
 
 
 def _check_same_image(job: _Job, head: str | None) -> None:

@@ -5,11 +5,16 @@ Endpoints and response shapes follow osbuild/osbuild-composer internal/weldr/api
 composeStatusHandler, composeImageHandler, composeLogHandler) and internal/weldr/json.go:
 
 - errors are `{"status": false, "errors": [{"id": ..., "msg": ...}]}` with a 4xx/5xx code,
-  except /blueprints/depsolve, which answers 200 with per-blueprint `errors` in the body;
+  except /blueprints/depsolve and /blueprints/info, which answer 200 with per-blueprint
+  `errors` in the body; an unknown route is a JSON 404 HTTPError (notFoundHandler);
 - /compose/status/<uuid> answers `{"uuids": [...]}` and an unknown (well-formed) uuid is
-  simply absent from the list;
-- a failed depsolve during POST /compose is a 500 DepsolveError: a real answer, not a
-  transient failure, so only 502/503/504 and dropped connections are retried.
+  simply absent from the list; uuids are parsed with google/uuid, so upper-case, braced and
+  urn: forms are accepted and the answer is always the lower-case dashed form;
+- POST /compose answers `{build_id, status, warnings}`, `warnings` being null when empty;
+- a failed depsolve (500 DepsolveError) or container resolution (500 ContainerResolveError)
+  during POST /compose is a real answer, not a transient failure, so only 502/503/504 and
+  dropped connections are retried;
+- GET /compose/types lists what the host distro builds: `{"types": [{"name", "enabled"}]}`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,27 @@ SOCKET_HINT = ("is osbuild-composer.socket running? "
 DOWNLOAD_CHUNK = 1024 * 1024
 # Report download progress every this many bytes, so a multi-GiB ISO shows it is moving.
 DOWNLOAD_REPORT_EVERY = 64 * 1024 * 1024
+HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def normalize_uuid(text: str) -> str | None:
+    """A compose id as the service answers it (lower-case, dashed), or None when `text` is
+    not one. Accepts what google/uuid Parse accepts: plain, {braced}, urn:uuid: and 32 hex
+    digits, in any case."""
+    if len(text) == 45 and text[:9].lower() == "urn:uuid:":
+        text = text[9:]
+    elif len(text) == 38 and text.startswith("{") and text.endswith("}"):
+        text = text[1:-1]
+    if len(text) == 36 and all(text[i] == "-" for i in (8, 13, 18, 23)):
+        digits = text.replace("-", "")
+    elif len(text) == 32:
+        digits = text
+    else:
+        return None
+    if len(digits) != 32 or not set(digits) <= HEX_DIGITS:
+        return None
+    digits = digits.lower()
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +110,12 @@ class ComposerError(BuildError):
 
 
 @dataclass(frozen=True)
+class StartedCompose:
+    uuid: str
+    warnings: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ComposeStatus:
     uuid: str
     blueprint: str
@@ -94,11 +126,12 @@ class ComposeStatus:
 
     @classmethod
     def from_entry(cls, entry: dict[str, Any]) -> ComposeStatus:
-        return cls(uuid=str(entry.get("id", "")), blueprint=str(entry.get("blueprint", "")),
+        uuid = str(entry.get("id", ""))
+        return cls(uuid=normalize_uuid(uuid) or uuid, blueprint=str(entry.get("blueprint", "")),
                    version=str(entry.get("version", "")),
                    compose_type=str(entry.get("compose_type", "")),
                    queue_status=str(entry.get("queue_status", "")),
-                   image_size=int(entry.get("image_size", 0) or 0))
+                   image_size=_int(entry.get("image_size")))
 
 
 class WeldrClient:
@@ -128,11 +161,39 @@ class WeldrClient:
 
     # -- operations -------------------------------------------------------------------------
 
+    def compose_types(self) -> list[str]:
+        """The image types the service builds (GET /compose/types), as it names them."""
+        what = "list the image types the service offers"
+        body = self._json(self._request("GET", "/compose/types", what=what), what)
+        return sorted(str(t.get("name")) for t in _dicts(body.get("types"))
+                      if t.get("name") and t.get("enabled", True))
+
+    def blueprint_info(self, name: str) -> dict[str, Any] | None:
+        """The blueprint the service holds under `name`, or None when it holds none."""
+        what = f"read blueprint {name} from the service"
+        body = self._json(self._request("GET", f"/blueprints/info/{name}", what=what), what)
+        for entry in _dicts(body.get("blueprints")):
+            if entry.get("name") == name:
+                return entry
+        other = [e for e in _errors(body) if e.id != "UnknownBlueprint"]
+        if other:
+            raise ComposerError(other, 200, what)
+        return None
+
+    def delete_blueprint(self, name: str) -> None:
+        what = f"delete blueprint {name} on the service"
+        self._json(self._request("DELETE", f"/blueprints/delete/{name}", what=what), what)
+
     def push_blueprint(self, toml_text: str) -> None:
         """POST /blueprints/new with the TOML body, as `composer-cli blueprints push` does."""
         resp = self._request("POST", "/blueprints/new", what="push the blueprint",
                              data=toml_text.encode(),
                              headers={"Content-Type": "text/x-toml"})
+        self._json(resp, "push the blueprint")
+
+    def push_blueprint_json(self, blueprint: dict[str, Any]) -> None:
+        resp = self._request("POST", "/blueprints/new", what="push the blueprint",
+                             json_body=blueprint)
         self._json(resp, "push the blueprint")
 
     def depsolve(self, name: str) -> list[dict[str, Any]]:
@@ -143,32 +204,39 @@ class WeldrClient:
         errors = _errors(body)
         if errors:
             raise ComposerError(errors, 200, what)
-        for entry in body.get("blueprints", []):
-            if entry.get("blueprint", {}).get("name") == name:
-                return list(entry.get("dependencies", []))
+        for entry in _dicts(body.get("blueprints")):
+            blueprint = entry.get("blueprint")
+            if isinstance(blueprint, dict) and blueprint.get("name") == name:
+                return list(_dicts(entry.get("dependencies")))
         raise ComposerError([ServiceError("UnknownBlueprint", f"{name}: not in the answer")],
                             200, what)
 
-    def start_compose(self, request: dict[str, Any]) -> str:
+    def start_compose(self, request: dict[str, Any]) -> StartedCompose:
         what = f"start a {request.get('compose_type')} compose"
         body = self._json(self._request("POST", "/compose", what=what, json_body=request), what)
         build_id = body.get("build_id")
-        if not isinstance(build_id, str) or not build_id:
+        uuid = normalize_uuid(build_id) if isinstance(build_id, str) else None
+        if uuid is None:
             raise BuildError(f"composer: {what}: the answer has no build_id: {body}")
-        return build_id
+        warnings = body.get("warnings")  # null when there are none
+        if not isinstance(warnings, list):
+            warnings = [] if warnings is None else [warnings]
+        return StartedCompose(uuid, tuple(str(w).strip() for w in warnings if str(w).strip()))
 
     def status(self, uuid: str) -> ComposeStatus:
-        what = f"get the status of compose {uuid}"
-        body = self._json(self._request("GET", f"/compose/status/{uuid}", what=what), what)
-        for entry in body.get("uuids", []):
-            if entry.get("id") == uuid:
+        wanted = normalize_uuid(uuid) or uuid  # a malformed id gets the service's own answer
+        what = f"get the status of compose {wanted}"
+        body = self._json(self._request("GET", f"/compose/status/{wanted}", what=what), what)
+        for entry in _dicts(body.get("uuids")):
+            if normalize_uuid(str(entry.get("id", ""))) == wanted:
                 return ComposeStatus.from_entry(entry)
         # Upstream omits unknown uuids instead of failing; turn that into the UnknownUUID error.
-        raise ComposerError([ServiceError("UnknownUUID", f"compose {uuid} does not exist")],
+        raise ComposerError([ServiceError("UnknownUUID", f"compose {wanted} does not exist")],
                             200, what)
 
     def log(self, uuid: str) -> str:
         """The osbuild log of a finished or failed compose (GET /compose/log/<uuid>)."""
+        uuid = normalize_uuid(uuid) or uuid
         what = f"fetch the log of compose {uuid}"
         resp = self._request("GET", f"/compose/log/{uuid}", what=what)
         if resp.status_code >= 400 or _looks_like_error(resp):
@@ -177,6 +245,7 @@ class WeldrClient:
 
     def download_image(self, uuid: str, dest: Path, progress: Progress) -> int:
         """Stream the artifact to a temp file beside `dest`, rename it when complete."""
+        uuid = normalize_uuid(uuid) or uuid
         what = f"download the image of compose {uuid}"
         resp = self._request("GET", f"/compose/image/{uuid}", what=what, stream=True)
         if resp.status_code >= 400:
@@ -283,9 +352,22 @@ class WeldrClient:
                           hint="the service may be overloaded; raise --timeout")
 
 
+def _int(value: Any) -> int:
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list; anything else in an answer is ignored, not a crash."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
 def _errors(body: dict[str, Any]) -> list[ServiceError]:
     found = []
-    for item in body.get("errors") or []:
+    items = body.get("errors") or []
+    for item in items if isinstance(items, list) else [items]:
         if isinstance(item, dict):
             found.append(ServiceError(str(item.get("id", "Error")), str(item.get("msg", ""))))
         else:  # lorax-era servers sent bare strings

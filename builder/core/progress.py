@@ -15,6 +15,7 @@ class Progress:
         self.json_mode = json_mode
         self.stream = stream if stream is not None else sys.stderr
         self._stack: list[str] = []
+        self.failed_at: str | None = None  # the innermost step that failed, for errors
 
     @contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -29,6 +30,8 @@ class Progress:
             self._stack.pop()
             elapsed = time.monotonic() - started
             status = "done" if ok else "failed"
+            if not ok and self.failed_at is None:
+                self.failed_at = name
             self._emit(status, name, f"<== {name} {status} in {elapsed:.2f}s", seconds=elapsed)
 
     def info(self, message: str, **fields: Any) -> None:

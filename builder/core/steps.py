@@ -42,6 +42,10 @@ class Step:
         return build_dir / ".steps" / self.name.replace("/", "_").replace(":", "_") / self.id
 
 
+def is_built(step: Step, build_dir: Path) -> bool:
+    return (step.output_dir(build_dir) / STAMP).is_file()
+
+
 def materialize(step: Step, build_dir: Path, produce: Callable[[Path], None],
                 progress: Progress) -> tuple[Path, bool]:
     """Return (output dir, built?) — running `produce(tmpdir)` only when the step is new."""

@@ -12,6 +12,8 @@ import jinja2
 
 from builder.core.errors import BuildError
 from builder.core.paths import SOURCES_DIR
+from builder.core.zipapp import SUFFIX as ZIPAPP_SUFFIX
+from builder.core.zipapp import build_zipapp
 
 
 def environment(search_path: Path) -> jinja2.Environment:
@@ -37,7 +39,8 @@ def render_file(search_path: Path, name: str, context: Mapping[str, Any]) -> str
 
 
 def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> list[Path]:
-    """Copy specs/sources/PACKAGE/ to dest, rendering `*.j2` files (suffix dropped).
+    """Copy specs/sources/PACKAGE/ to dest, rendering `*.j2` files (suffix dropped) and
+    building `NAME.zipapp.yaml` into the executable zip application NAME (builder.core.zipapp).
 
     Returns the written files relative to dest, sorted. File modes follow the source:
     executable files stay executable; everything else is 0644.
@@ -48,6 +51,14 @@ def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> 
         return written
     for src in sorted(p for p in source_root.rglob("*") if p.is_file() and not _stray(p)):
         rel = src.relative_to(source_root)
+        if src.name.endswith(ZIPAPP_SUFFIX):
+            rel = rel.with_name(src.name.removesuffix(ZIPAPP_SUFFIX))
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(build_zipapp(src))
+            out.chmod(0o755)
+            written.append(rel)
+            continue
         if src.suffix == ".j2":
             rel = rel.with_suffix("")
             text = render_file(source_root, rel.as_posix() + ".j2", context)

@@ -5,8 +5,12 @@ The order follows a real RHEL for Edge boot:
 2. the kernel "mounts" the deployment: DIR/.device/root becomes the booted root, with etc
    and usr from the deployment, var from the stateroot, a fresh run and boot_id;
 3. greenboot-rpm-ostree-grub2-check-fallback: after a fallback boot, roll back for good;
-4. microshift-data-restore.service (the deployment's own unit and script), then MicroShift
-   starts, modelled by the stand-in API (builder.device.health_server) and its data directory;
+4. microshift-data-restore.service and microshift-components.service (the deployment's own
+   units and programs; the plugins run in a network namespace with br-ex, as
+   microshift-ovs-init leaves a device), then MicroShift starts unless the components failed
+   (its unit Requires them): it applies the kustomizations of its kustomize paths
+   (builder.device.manifests, with `kubectl kustomize`), modelled by the stand-in API
+   (builder.device.health_server) and its data directory;
 5. greenboot-healthcheck runs the deployment's required.d and wanted.d scripts, then green.d
    (and boot_success=1) or red.d and redboot-auto-reboot's decision.
 
@@ -20,30 +24,41 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.errors import BuildError
 from builder.device.grubenv import grub_select, mark_success
 from builder.device.health_server import ApiServer, Health
+from builder.device.manifests import applied_workloads
 from builder.device.sysroot import Deployment, Device
 
 CHECK_DIRS = ("usr/lib/greenboot/check", "etc/greenboot/check")
 GREEN_DIRS = ("usr/lib/greenboot/green.d", "etc/greenboot/green.d")
 RED_DIRS = ("usr/lib/greenboot/red.d", "etc/greenboot/red.d")
 RESTORE_UNIT = "microshift-data-restore.service"
+COMPONENTS_UNIT = "microshift-components.service"
+# The device's uplink as microshift-ovs-init leaves it: br-ex holding the node IP.
+NODE_ADDRESS, GATEWAY = "192.0.2.10/24", "192.0.2.1"
 SCRIPT_TIMEOUT = 3600.0
 KUBECONFIG = "var/lib/microshift/resources/kubeadmin/kubeconfig"
 
 SYSTEMCTL = """#!/bin/sh
-# SIMULATION stand-in for systemctl (python -m builder device): answers is-enabled and
-# is-active from the unit states the simulation writes for the booted deployment.
+# SIMULATION stand-in for systemctl (python -m builder device): answers is-enabled,
+# is-active and is-failed from the unit states the simulation writes for the booted deployment.
 units="${MICROSHIFT_ROOT:?MICROSHIFT_ROOT is not set}/run/device-sim/units"
 case "$1" in
     is-enabled|is-active)
         state=$(cat "${units}/$2.$1" 2>/dev/null || echo unknown)
         echo "${state}"
         [ "${state}" = enabled ] || [ "${state}" = active ]
+        ;;
+    is-failed)
+        state=$(cat "${units}/$2.is-active" 2>/dev/null || echo inactive)
+        echo "${state}"
+        [ "${state}" = failed ]
         ;;
     *)
         echo "systemctl (simulation stand-in): '$1' is not simulated" >&2
@@ -62,7 +77,12 @@ if [ "$2" != "list" ]; then
 fi
 [ ! -f "${file}" ] || grep -v '^#' "${file}"
 """
-STANDINS = {"systemctl": SYSTEMCTL, "grub2-editenv": GRUB2_EDITENV}
+VGS = """#!/bin/sh
+# SIMULATION stand-in for LVM's vgs (python -m builder device): the simulated disk has the
+# volume group the kickstarts create, rhel, for TopoLVM's plugin to find.
+echo "  rhel"
+"""
+STANDINS = {"systemctl": SYSTEMCTL, "grub2-editenv": GRUB2_EDITENV, "vgs": VGS}
 
 
 @dataclass(frozen=True)
@@ -73,6 +93,7 @@ class BootReport:
     healthy: bool
     reboot: bool             # redboot-auto-reboot reboots the device
     grubenv: dict[str, str]  # after the boot
+    ovn_cleanup: bool = False  # red.d ran microshift-cleanup-data --ovn
 
     def summary(self) -> str:
         verdict = "healthy (GREEN)" if self.healthy else "unhealthy (RED)"
@@ -103,17 +124,22 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
         rolled_back = True
     env = script_env(device, root)
     run_unit(device, root, RESTORE_UNIT, env)
+    with gateway_namespace(device) as netns:
+        components = run_unit(device, root, COMPONENTS_UNIT, env, netns=netns)
     health = health_for.get(deployment.checksum, Health())
-    start_microshift(device, root, deployment, health, api)
+    start_microshift(device, root, deployment, health, api, components_failed=bool(components))
     healthy = run_scripts(device, root, CHECK_DIRS, env, strict=True)
-    reboot = False
+    reboot = cleanup = False
     if healthy:
         run_scripts(device, root, GREEN_DIRS, env, strict=False)
         mark_success(device.grubenv)
     else:
-        run_scripts(device, root, RED_DIRS, env, strict=False)
+        output: list[str] = []
+        run_scripts(device, root, RED_DIRS, env, strict=False, output=output)
+        cleanup = any("microshift-cleanup-data --ovn" in text for text in output)
         reboot = redboot_decision(device, len(device.deployments()))
-    report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read())
+    report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read(),
+                        ovn_cleanup=cleanup)
     progress.info(report.summary())
     return report
 
@@ -151,33 +177,70 @@ def script_env(device: Device, root: Path) -> dict[str, str]:
             "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}"}
 
 
-def run_unit(device: Device, root: Path, unit: str, env: dict[str, str]) -> None:
-    """Run a oneshot unit of the deployment: its ExecStart, if its conditions hold."""
+def run_unit(device: Device, root: Path, unit: str, env: dict[str, str], *,
+             netns: str | None = None) -> int | None:
+    """Run a oneshot unit of the deployment: its ExecStart, if its conditions hold. Records
+    its state for the systemctl stand-in; returns the failing exit code, or None."""
     path = root / "usr/lib/systemd/system" / unit
     if not path.is_file():
         device.progress.info(f"{unit}: not installed in this deployment")
-        return
+        return None
     text = path.read_text()
     for condition in re.findall(r"^ConditionPathExists=(\S+)", text, re.M):
         if not (root / condition.lstrip("/")).exists():
             device.progress.info(f"{unit}: skipped, {condition} does not exist")
-            return
+            return None
+    state = root / "run/device-sim/units" / f"{unit}.is-active"
     for command in re.findall(r"^ExecStart=(.+)$", text, re.M):
         argv = command.split()
         argv[0] = str(root / argv[0].lstrip("/"))
+        if netns is not None:
+            argv = ["ip", "netns", "exec", netns, *argv]
         proc = device.runner.run(argv, env=env, check=False, timeout=SCRIPT_TIMEOUT)
         _log_output(device, unit, proc.stdout + proc.stderr)
         if proc.returncode != 0:
             device.progress.info(f"{unit}: FAILED (exit {proc.returncode})")
+            state.write_text("failed\n")
+            return proc.returncode
+    state.write_text("active\n")
+    return None
+
+
+@contextmanager
+def gateway_namespace(device: Device) -> Iterator[str]:
+    """A network namespace whose default route is on br-ex, as on a device where
+    microshift-ovs-init.service has run: the plugins' system checks look at it."""
+    name = f"msb-device-{os.getpid()}"
+    made = device.runner.run(["ip", "netns", "add", name], check=False)
+    if made.returncode != 0:
+        raise BuildError("the device simulation runs the component plugins in a network "
+                         f"namespace with br-ex, and cannot create one: "
+                         f"{made.stderr.decode(errors='replace').strip()}",
+                         hint="run as root, with iproute2 installed")
+    try:
+        for step in (["link", "add", "br-ex", "type", "bridge"], ["link", "set", "br-ex", "up"],
+                     ["addr", "add", NODE_ADDRESS, "dev", "br-ex"],
+                     ["route", "add", "default", "via", GATEWAY]):
+            device.runner.run(["ip", "-n", name, *step])
+        yield name
+    finally:
+        device.runner.run(["ip", "netns", "del", name], check=False)
 
 
 def start_microshift(device: Device, root: Path, deployment: Deployment, health: Health,
-                     api: ApiServer) -> None:
+                     api: ApiServer, *, components_failed: bool = False) -> None:
     """microshift.service starts: unit state, data migration, kubeconfig, API behaviour."""
     units = root / "run/device-sim/units"
     installed = (root / "usr/lib/systemd/system/microshift.service").is_file()
     (units / "microshift.service.is-enabled").write_text("enabled\n" if installed else
                                                          "disabled\n")
+    if installed and components_failed:
+        # Requires=microshift-components.service: the start job fails as a dependency.
+        (units / "microshift.service.is-active").write_text("inactive\n")
+        api.state.microshift_started(Health(service_active=False), frozenset())
+        device.progress.info(f"microshift.service: not started, dependency {COMPONENTS_UNIT} "
+                             "failed")
+        return
     active = installed and health.service_active
     (units / "microshift.service.is-active").write_text("active\n" if active else "failed\n")
     if not active:
@@ -199,28 +262,29 @@ def start_microshift(device: Device, root: Path, deployment: Deployment, health:
         f"    server: {api.url}\n  name: microshift\ncontexts:\n- context:\n"
         "    cluster: microshift\n    user: admin\n  name: microshift\n"
         "current-context: microshift\nusers:\n- name: admin\n  user: {}\n")
-    api.state.microshift_started(health, frozenset(installed_workloads(root)))
-    device.progress.info(f"microshift: started; model: {health.describe()}")
+    workloads = core_workloads(root) | applied_workloads(root, device.runner)
+    api.state.microshift_started(health, frozenset(workloads))
+    device.progress.info(f"microshift: started, {len(workloads)} workloads; "
+                         f"model: {health.describe()}")
 
 
-def installed_workloads(root: Path) -> set[tuple[str, str, str]]:
-    """What the installed components deploy: core's and every component's health list."""
-    lists = [root / "usr/share/microshift/greenboot/core-healthcheck.list",
-             *sorted((root / "usr/lib/microshift/components.d").glob("*/healthcheck.list"))]
+def core_workloads(root: Path) -> set[tuple[str, str, str]]:
+    """What the binary deploys itself (its embedded manifests): core's health list."""
+    path = root / "usr/share/microshift/greenboot/core-healthcheck.list"
     found: set[tuple[str, str, str]] = set()
-    for path in lists:
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                fields = line.split()
-                if len(fields) == 3 and not fields[0].startswith("#"):
-                    found.add((fields[0], fields[1], fields[2]))
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            fields = line.split()
+            if len(fields) == 3 and not fields[0].startswith("#"):
+                found.add((fields[0], fields[1], fields[2]))
     return found
 
 
 def run_scripts(device: Device, root: Path, dirs: tuple[str, ...], env: dict[str, str], *,
-                strict: bool) -> bool:
+                strict: bool, output: list[str] | None = None) -> bool:
     """greenboot's script runner: *.sh of each directory, sorted; for check dirs, the
-    required.d scripts are strict (any failure fails the boot) and wanted.d relaxed."""
+    required.d scripts are strict (any failure fails the boot) and wanted.d relaxed. Each
+    script's output is appended to `output` when given."""
     ok = True
     for directory in dirs:
         subdirs = (("required.d", strict), ("wanted.d", False)) if strict else (("", False),)
@@ -229,6 +293,8 @@ def run_scripts(device: Device, root: Path, dirs: tuple[str, ...], env: dict[str
                 proc = device.runner.run(["bash", str(script)], env=env, check=False,
                                          timeout=SCRIPT_TIMEOUT)
                 _log_output(device, script.name, proc.stdout + proc.stderr)
+                if output is not None:
+                    output.append((proc.stdout + proc.stderr).decode(errors="replace"))
                 verdict = "SUCCESS" if proc.returncode == 0 else \
                     f"FAILURE (exit code {proc.returncode})"
                 device.progress.info(f"greenboot: script '{script.name}' {verdict}")

@@ -17,10 +17,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.components.service import LINK, MANIFESTS
 from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.templates import render_source_tree
+from builder.release.samples import write_payload_standin
 from builder.release.template_context import component_context
 
 SAMPLE_REF = "sample/device-sim/x86_64/edge"
@@ -122,7 +124,16 @@ def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int)
     os.symlink("../usr/lib/os-release", tree / "usr/etc/os-release")
     _write(tree / f"usr/lib/modules/{SAMPLE_KERNEL}/vmlinuz",
            "SAMPLE stand-in for the Linux kernel image\n")
+    for file in ctx.release.payload:  # microshift-etcd, microshift-cleanup-data, ...
+        if file.source.is_sample:
+            write_payload_standin(tree / file.install.lstrip("/"), file.source.location,
+                                  ctx.release.version)
     _write(tree / "usr/bin/microshift", MICROSHIFT_STANDIN, mode=0o755)
+    # What microshift-core's %install adds besides its sources: where MicroShift finds the
+    # kustomization microshift-components.service writes at boot.
+    link = tree / LINK.lstrip("/")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    os.symlink(f"/{MANIFESTS}", link)
     _write(tree / "usr/etc/greenboot/greenboot.conf", GREENBOOT_CONF)
     # The part of the image an update changes: incompressible, so the delta is its full size.
     payload = tree / "usr/lib/microshift-sample/update-payload.bin"

@@ -62,6 +62,7 @@ class Outcome:
     boots: list[BootReport] = field(default_factory=list)
     transfers: list[TransferReport] = field(default_factory=list)
     failed_pull: str | None = None
+    ovn_cleanups: int = 0  # red.d runs of microshift-cleanup-data --ovn
 
     def expect(self, what: str, ok: bool) -> None:
         self.checks.append((what, ok))
@@ -98,6 +99,7 @@ def run_scenario(ctx: Context, scenario: Scenario, pair: UpdatePair,
                                "(within 1.3x)", report.within(1.3))
         with progress.step(f"{scenario.name}: boot v2 ({health[pair.v2].describe()})"):
             outcome.boots += boot_until_settled(device, api, health)
+    outcome.ovn_cleanups = sum(b.ovn_cleanup for b in outcome.boots)
     _expect_outcome(scenario, device, pair, options, outcome)
     for what, ok in outcome.checks:
         progress.info(f"{'PASS' if ok else 'FAIL'}: {what}")
@@ -169,6 +171,8 @@ def _expect_outcome(scenario: Scenario, device: Device, pair: UpdatePair, option
         diagnostics = device.stateroot_var / "lib/microshift-backups/diagnostics"
         expect(f"red.d ran on each of the {attempts} failed boots",
                len(list(diagnostics.glob("*.log"))) == attempts)
+        expect("red.d cleaned OVN state once, before the rollback (microshift-cleanup-data "
+               "--ovn)", outcome.ovn_cleanups == 1)
         expect("v1's data was restored from its backup (data version is v1's again)",
                _data_version(data) == final.deployment.version
                and any((data.parent / "microshift-backups/failed").glob("*")))

@@ -36,7 +36,11 @@ EMBEDDED_REPO_URL = f"file:///run/install/repo/{ISO_REPO_DIR}"
 # A data ISO attached beside a stock boot ISO is mounted here by the kickstart's %pre.
 DATA_MEDIA_MOUNT = "/run/install/microshift"
 DATA_MEDIA_URL = f"file://{DATA_MEDIA_MOUNT}/{ISO_REPO_DIR}"
-DEFAULT_TRUSTED_SOURCES = ("10.42.0.0/16", "169.254.169.1")
+DEFAULT_TRUSTED_SOURCES = ("10.42.0.0/16", "fd01::/48", "169.254.169.1")
+# The blueprint's firewall ports ("port:protocol"), opened again by the kickstart.
+DEFAULT_FIREWALL_PORTS = ("6443:tcp", "80:tcp", "443:tcp", "5353:udp", "30000-32767:tcp",
+                          "30000-32767:udp")
+PORT_RE = re.compile(r"^[0-9]{1,5}(-[0-9]{1,5})?:(tcp|udp)$")
 SECRET_PATH = "/etc/crio/openshift-pull-secret"
 
 NAME_RE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -66,6 +70,7 @@ class KickstartContext:
     volume_group: str = "rhel"
     root_size_mib: int = 10240
     trusted_sources: tuple[str, ...] = DEFAULT_TRUSTED_SOURCES
+    firewall_ports: tuple[str, ...] = DEFAULT_FIREWALL_PORTS
     timezone: str = "UTC"
     admin_user: str = "redhat"
     ssh_key: str | None = None   # public key line for admin_user; None: no user account
@@ -105,6 +110,9 @@ def _check_context(ks: KickstartContext) -> None:
             ipaddress.ip_network(source, strict=False)
         except ValueError as exc:
             raise _bad("trusted_sources", f"{source!r} is not an address or network") from exc
+    for port in ks.firewall_ports:
+        if not PORT_RE.match(port):
+            raise _bad("firewall_ports", f"{port!r} is not PORT[-PORT]:tcp|udp")
     _check_options(ks)
 
 
@@ -142,6 +150,7 @@ class ImageFacts:
     microshift_config: str | None
     max_boot_attempts: int
     trusted_sources: tuple[str, ...]
+    firewall_ports: tuple[str, ...] = DEFAULT_FIREWALL_PORTS
 
 
 def load_image_facts(blueprint: Path, image: str) -> ImageFacts:
@@ -163,6 +172,7 @@ def load_image_facts(blueprint: Path, image: str) -> ImageFacts:
     if isinstance(greenboot, str):
         match = re.search(r"^GREENBOOT_MAX_BOOT_ATTEMPTS=(\d+)\s*$", greenboot, re.MULTILINE)
         attempts = int(match.group(1)) if match else attempts
+    ports = custom.get("firewall", {}).get("ports")
     zones = custom.get("firewall", {}).get("zones", [])
     trusted = [z.get("sources", []) for z in zones
                if isinstance(z, dict) and z.get("name") == "trusted"]
@@ -172,6 +182,7 @@ def load_image_facts(blueprint: Path, image: str) -> ImageFacts:
         microshift_config=config if isinstance(config, str) else None,
         max_boot_attempts=attempts,
         trusted_sources=tuple(trusted[0]) if trusted else DEFAULT_TRUSTED_SOURCES,
+        firewall_ports=tuple(ports) if isinstance(ports, list) else DEFAULT_FIREWALL_PORTS,
     )
 
 

@@ -125,6 +125,7 @@ def kickstart_context(ctx: Context, options: MediaOptions, variant: str) -> Kick
         pull_secret=options.pull_secret,
         storage=facts.storage if options.storage is None else options.storage,
         trusted_sources=facts.trusted_sources,
+        firewall_ports=facts.firewall_ports,
         ssh_key=_read_text(options.ssh_key, "--ssh-key").strip() if options.ssh_key else None,
     )
 

@@ -25,7 +25,7 @@ class Component:
 
 COMPONENTS: tuple[Component, ...] = (
     Component("core", "microshift-core", "MicroShift core: the all-in-one binary and service",
-              services=("microshift.service",)),
+              services=("microshift.service", "microshift-components.service")),
     Component("networking-ovnk", "microshift-networking-ovnk",
               "OVN-Kubernetes networking for MicroShift", slot="networking",
               plugin="005-networking-ovnk",
@@ -41,6 +41,8 @@ COMPONENTS: tuple[Component, ...] = (
     Component("greenboot", "microshift-greenboot",
               "Greenboot health checks and data rollback for MicroShift",
               services=("microshift-data-restore.service",)),
+    Component("release-info", "microshift-release-info",
+              "Release information for MicroShift: every release image by digest"),
 )
 
 BY_KEY = {c.key: c for c in COMPONENTS}

@@ -6,35 +6,23 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.core.errors import InputError
 from builder.core.schema import Fields, load_yaml
-from builder.core.steps import file_digest as sha256_file
 from builder.release.catalog import BY_KEY
 from builder.release.ostree_config import OstreeSettings, parse_ostree
+from builder.release.payload import Payload, PayloadFile, parse_payload
+
+__all__ = ["ComponentRelease", "Image", "Payload", "PayloadFile", "Release", "load_release"]
 
 # rpm's own rule for Version and Release: no '-', no whitespace, ASCII only.
 RPM_VERSION_RE = re.compile(r"^[A-Za-z0-9._+~^]+$")
-SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 # REPOSITORY@sha256:DIGEST, optionally with a tag in between (repo:tag@sha256:...).
 IMAGE_REF_RE = re.compile(
     r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@sha256:(?P<digest>[0-9a-f]{64})$")
 SOURCE_KINDS = ("sample", "oci", "oci-archive", "docker-archive", "dir")
 ARCHES = ("x86_64", "aarch64")
-SAMPLE_PAYLOADS = ("microshift",)
-
-
-@dataclass(frozen=True)
-class Payload:
-    """The file a component packages: a local path, a URL with sha256, or a generated sample."""
-
-    kind: str      # "path" | "url" | "sample"
-    location: str  # absolute path, URL, or sample name
-    sha256: str | None = None
-
-    @property
-    def is_sample(self) -> bool:
-        return self.kind == "sample"
+# Who keeps /var/lib/microshift per deployment across greenboot rollbacks (core.data_backup).
+DATA_BACKUP = ("microshift", "greenboot")
 
 
 @dataclass(frozen=True)
@@ -58,8 +46,11 @@ class Image:
 @dataclass(frozen=True)
 class ComponentRelease:
     key: str
-    payload: Payload | None
+    payload: tuple[PayloadFile, ...]  # only core has files: the binaries of the release
     images: tuple[Image, ...]
+    # core only: "microshift" when the binary backs up and restores its own data at start
+    # (MicroShift 4.14 and later, pkg/admin/prerun), "greenboot" for this project's scripts.
+    data_backup: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +88,23 @@ class Release:
         return tuple(img for comp in self.components
                      if keys is None or comp.key in keys for img in comp.images)
 
+    @property
+    def payload(self) -> tuple[PayloadFile, ...]:
+        return self.component("core").payload
+
+    @property
+    def data_backup(self) -> str:
+        return self.component("core").data_backup or default_data_backup(self.version)
+
+
+def default_data_backup(version: str) -> str:
+    """MicroShift 4.14 and later back up and restore their data at start (pkg/admin/prerun)."""
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    if match is None:
+        return "greenboot"
+    return "microshift" if (int(match.group(1)), int(match.group(2))) >= (4, 14) else \
+        "greenboot"
+
 
 def load_release(path: Path) -> Release:
     file = str(path)
@@ -119,6 +127,7 @@ def load_release(path: Path) -> Release:
     if "core" not in comps_fields.data:
         raise comps_fields.error("core", "is required: every release ships microshift-core")
     base = top.child("base")
+    _check_image_names(comps_fields, components)
     repos = _base_repos(base, path.parent) if base else (Repo("sample-base", "sample", ""),)
     ostree = parse_ostree(top.child("ostree"), path.parent)
     top.close()
@@ -132,53 +141,39 @@ def _component(parent: Fields, key: str, root: Path) -> ComponentRelease:
         raise parent.error(key, "unknown component; allowed: " + ", ".join(BY_KEY))
     fields = parent.child(key) or Fields(parent.file, parent.path(key), {})
     payload_fields = fields.child("payload")
-    payload = _payload(payload_fields, root) if payload_fields else None
-    if payload is not None and key != "core":
-        raise fields.error("payload", "only core has a payload (the microshift binary); "
+    payload = parse_payload(payload_fields, root) if payload_fields else ()
+    if payload and key != "core":
+        raise fields.error("payload", "only core has a payload (the microshift binaries); "
                                       "components ship their files from specs/sources/")
-    if key == "core" and payload is None:
+    if key == "core" and not payload:
         raise fields.error("payload", "is required for core (the microshift binary)")
+    data_backup = None
+    if key == "core":
+        data_backup = fields.get("data_backup", str)
+        if data_backup is not None:
+            fields.check("data_backup", data_backup, DATA_BACKUP.__contains__,
+                         ", ".join(DATA_BACKUP))
     images_fields = fields.child("images")
     images: list[Image] = []
     if images_fields:
         for name in images_fields.data:
             images.append(_image(images_fields, key, str(name), root))
     fields.close()
-    return ComponentRelease(key=key, payload=payload, images=tuple(images))
+    return ComponentRelease(key=key, payload=payload, images=tuple(images),
+                            data_backup=data_backup)
 
 
-def _payload(fields: Fields, root: Path) -> Payload:
-    kinds = [k for k in ("path", "url", "sample") if fields.has(k)]
-    if len(kinds) != 1:
-        raise InputError(fields.file, fields.prefix,
-                         "give exactly one of path, url (with sha256) or sample")
-    sha = fields.get("sha256", str)
-    if sha is not None:
-        fields.check("sha256", sha, SHA256_RE.match, "64 lowercase hex digits")
-    kind = kinds[0]
-    if kind == "sample":
-        name = fields.check("sample", fields.get("sample", str), SAMPLE_PAYLOADS.__contains__,
-                            ", ".join(SAMPLE_PAYLOADS))
-        fields.close()
-        return Payload("sample", name)
-    if kind == "url":
-        url = fields.check("url", fields.get("url", str), lambda u: u.startswith(
-            ("https://", "http://", "file://")), "an http(s):// or file:// URL")
-        if sha is None:
-            raise fields.error("sha256", "is required with url: downloads are verified")
-        fields.close()
-        return Payload("url", url, sha)
-    location = (root / fields.get("path", str)).resolve()
-    if not location.exists():
-        raise fields.error("path", f"payload file {location} does not exist",
-                           hint="build it first or fix the path")
-    if not location.is_file():
-        raise fields.error("path", f"{location} is not a regular file")
-    if sha is not None and sha != sha256_file(location):
-        raise fields.error("sha256", f"mismatch: {location} has sha256 {sha256_file(location)}, "
-                                     f"release.yaml says {sha}")
-    fields.close()
-    return Payload("path", str(location), sha)
+def _check_image_names(fields: Fields, components: tuple[ComponentRelease, ...]) -> None:
+    """A logical image name means one image: release-ARCH.json lists images by name."""
+    seen: dict[str, Image] = {}
+    for comp in components:
+        for image in comp.images:
+            other = seen.setdefault(image.name, image)
+            if other.ref != image.ref:
+                raise fields.error(f"{comp.key}.images.{image.name}",
+                                   f"names another image than components.{other.component}."
+                                   f"images.{image.name} ({other.ref}); allowed: one image "
+                                   "per name across the release")
 
 
 def _image(parent: Fields, component: str, name: str, root: Path) -> Image:

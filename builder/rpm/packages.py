@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.context import Context
-from builder.core.errors import BuildError
+from builder.core.diskspace import MiB, ensure_space
+from builder.core.errors import BuildError, InputError
 from builder.core.paths import SPECS_DIR
 from builder.core.signing import SigningKey
 from builder.core.steps import (
     Step,
     file_digest,
+    is_built,
     link_files,
     materialize,
     publish,
@@ -27,6 +29,8 @@ from builder.core.steps import (
 )
 from builder.core.templates import render_file, render_source_tree
 from builder.release.catalog import BY_KEY, Component
+from builder.release.payload import PayloadFile
+from builder.release.release_info import generated_files
 from builder.release.template_context import component_context
 from builder.rpm.payloads import resolve_payload
 from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
@@ -42,13 +46,14 @@ class PackageBuild:
     arch: str
     spec_text: str
     tree: Path            # rendered source tree (becomes Source0)
-    payload: Path | None  # Source1, e.g. the microshift binary
+    payload: tuple[tuple[PayloadFile, Path], ...]  # Source1..N: the release's binaries
 
     def step(self, epoch: int) -> Step:
         return Step(f"rpm:{self.component.package}.{self.arch}", {
             "spec": self.spec_text,
             "tree": tree_digest(self.tree),
-            "payload": file_digest(self.payload) if self.payload else None,
+            "payload": [[file.install, file.mode_text, file_digest(path)]
+                        for file, path in self.payload] or None,
             "arch": self.arch,
             "macros": rpm_macros(epoch),
         })
@@ -68,6 +73,9 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         # Render everything first: a template or payload error stops before any rpmbuild.
         packages = [_prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
                     for comp in release.components for arch in release.architectures]
+        unbuilt = [pkg for pkg in packages
+                   if not is_built(pkg.step(release.source_date_epoch), ctx.build_dir)]
+        ensure_space(ctx.build_dir, rpm_space(unbuilt), "the RPM build")
         for pkg in packages:
             rpms.extend(_build(ctx, pkg))
         specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
@@ -98,6 +106,13 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
     return sorted(ctx.path("rpms").glob("*.rpm"))
 
 
+def rpm_space(packages: list[PackageBuild]) -> int:
+    """What building these RPMs writes, at least: each payload three times (source tarball,
+    build root, compressed RPM) and 256 KiB per package for the rest."""
+    return sum(3 * path.stat().st_size for pkg in packages for _, path in pkg.payload) \
+        + len(packages) * MiB // 4
+
+
 def _signed(ctx: Context, rpms: list[Path], key: SigningKey) -> list[Path]:
     step = Step("signed-rpms", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
                                 "key": key.key_id, "epoch": ctx.release.source_date_epoch})
@@ -121,13 +136,32 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         "%a %b %d %Y", time.gmtime(release.source_date_epoch))
     if not (SPECS_DIR / component.spec_template).is_file():
         raise BuildError(f"no spec template specs/{component.spec_template} for component {key}")
+    files = release.component(key).payload
+    context["payload_files"] = [{"source": f.name, "install": f.install, "mode": f.mode_text}
+                                for f in files]
     spec_text = render_file(SPECS_DIR, component.spec_template, context)
     tree = workdir / "tree"
     tree.mkdir(parents=True)
-    render_source_tree(component.package, context, tree)
-    payload_spec = release.component(key).payload
-    payload = resolve_payload(ctx, key, payload_spec, workdir) if payload_spec else None
-    return PackageBuild(component, arch, spec_text, tree, payload)
+    written = render_source_tree(component.package, context, tree)
+    for rel, data in generated_files(release, key).items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(data)
+        (tree / rel).chmod(0o644)
+        written.append(Path(rel))
+    _check_no_overlap(ctx, key, files, written)
+    resolved = resolve_payload(ctx, key, files, workdir)
+    return PackageBuild(component, arch, spec_text, tree, tuple(resolved.items()))
+
+
+def _check_no_overlap(ctx: Context, key: str, files: tuple[PayloadFile, ...],
+                      written: list[Path]) -> None:
+    shipped = {"/" + rel.as_posix() for rel in written}
+    for index, file in enumerate(files):
+        if file.install in shipped:
+            raise InputError(str(ctx.release_path), f"components.{key}.payload",
+                             f"file {index + 1} installs {file.install}, which the package "
+                             f"already ships from specs/sources/{BY_KEY[key].package}/; "
+                             "allowed: a path no package source uses")
 
 
 def _build(ctx: Context, pkg: PackageBuild) -> list[Path]:
@@ -140,8 +174,8 @@ def _build(ctx: Context, pkg: PackageBuild) -> list[Path]:
         sources = topdir / "SOURCES"
         sources.mkdir(parents=True)
         (sources / f"{name}.tar").write_bytes(deterministic_tar(pkg.tree, name, epoch))
-        if pkg.payload:
-            shutil.copyfile(pkg.payload, sources / "microshift")
+        for file, path in pkg.payload:
+            shutil.copyfile(path, sources / file.name)
         spec = topdir / "SPECS" / f"{pkg.component.package}.spec"
         spec.parent.mkdir(parents=True)
         spec.write_text(pkg.spec_text)
@@ -183,8 +217,7 @@ def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
 def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
     """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
     rcfile_text = RPMLINTRC.read_text()
-    core = ctx.release.component("core").payload
-    if core is not None and core.is_sample:
+    if all(file.source.is_sample for file in ctx.release.payload):
         rcfile_text += RPMLINTRC_SAMPLE.read_text()
     step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
                             "rpmlintrc": rcfile_text})

@@ -9,29 +9,34 @@ from pathlib import Path
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.steps import file_digest
-from builder.release.model import Payload
-from builder.release.samples import write_microshift_standin
+from builder.release.payload import Payload, PayloadFile
+from builder.release.samples import write_payload_standin
 
 
-def resolve_payload(ctx: Context, key: str, payload: Payload, scratch: Path) -> Path:
-    """Return a local file holding the verified payload of component `key`.
+def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
+                    scratch: Path) -> dict[PayloadFile, Path]:
+    """A local, verified file for every payload file of component `key`."""
+    return {file: _resolve(ctx, f"components.{key}.payload", file.source,
+                           scratch / "payloads" / key / file.name)
+            for file in files}
 
-    A generated sample goes to `scratch` (it is only an input of the RPM step, rebuilt in
-    milliseconds), so a failed build leaves nothing of it in the build directory."""
+
+def _resolve(ctx: Context, field: str, payload: Payload, sample_dest: Path) -> Path:
+    """A generated sample goes to scratch space (it is only an input of the RPM step, rebuilt
+    in milliseconds), so a failed build leaves nothing of it in the build directory."""
     if payload.kind == "sample":
-        return write_microshift_standin(scratch / "payloads" / key / "microshift",
-                                        ctx.release.version)
+        return write_payload_standin(sample_dest, payload.location, ctx.release.version)
     if payload.kind == "path":
         return Path(payload.location)
     assert payload.sha256 is not None
     cached = ctx.path(".cache", "payloads", payload.sha256)
     if cached.is_file() and file_digest(cached) == payload.sha256:
         return cached
-    _download(ctx, payload.location, payload.sha256, cached, key)
+    _download(ctx, payload.location, payload.sha256, cached, field)
     return cached
 
 
-def _download(ctx: Context, url: str, sha256: str, dest: Path, key: str) -> None:
+def _download(ctx: Context, url: str, sha256: str, dest: Path, field: str) -> None:
     import requests  # only URL payloads need it; keeps no-op builds fast
 
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -46,10 +51,10 @@ def _download(ctx: Context, url: str, sha256: str, dest: Path, key: str) -> None
             ctx.progress.info(f"{handle.tell()} bytes")
         actual = file_digest(tmp)
         if actual != sha256:
-            raise InputError(str(ctx.release_path), f"components.{key}.payload.sha256",
+            raise InputError(str(ctx.release_path), f"{field}.sha256",
                              f"mismatch: {url} has sha256 {actual}, release.yaml says {sha256}")
         os.replace(tmp, dest)
     except requests.RequestException as exc:
-        raise BuildError(f"cannot download payload of {key} from {url}: {exc}") from exc
+        raise BuildError(f"cannot download {field} from {url}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.context import Context
-from builder.core.steps import Step, file_digest, link_files, materialize, publish
+from builder.core.diskspace import MiB, ensure_space
+from builder.core.steps import Step, file_digest, is_built, link_files, materialize, publish
 from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
 
 SAMPLE_VERSION = "9.2.sample"
@@ -65,6 +66,21 @@ def _soname_provides(libs: tuple[str, ...], prefix: str,
                  (f"{lib}()(64bit)", *(f"{lib}({prefix}_{v})(64bit)" for v in versions)))
 
 
+GREENBOOT_UNITS = ("greenboot-healthcheck.service", "greenboot-task-runner.service",
+                   "greenboot-grub2-set-counter.service", "greenboot-grub2-set-success.service",
+                   "greenboot-rpm-ostree-grub2-check-fallback.service", "greenboot-status.service",
+                   "redboot-auto-reboot.service", "redboot-task-runner.service")
+
+
+def _greenboot_units() -> dict[str, str]:
+    """greenboot's units, so presets and blueprints that enable them work on the sample."""
+    return {f"/usr/lib/systemd/system/{unit}":
+            f"# SAMPLE stand-in for {unit} of greenboot (microshift-edge-builder).\n"
+            f"[Unit]\nDescription=SAMPLE {unit}\n\n[Service]\nType=oneshot\n"
+            "ExecStart=/bin/true\n\n[Install]\nWantedBy=multi-user.target\n"
+            for unit in GREENBOOT_UNITS}
+
+
 def stand_ins(arch: str) -> tuple[StandIn, ...]:
     kver = f"{KERNEL_VERSION}.{arch}"
     return (
@@ -95,6 +111,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
                        f"/usr/lib/modules/{kver}/initramfs.img": _text("the initramfs")}),
         StandIn("python3", provides=("/usr/bin/python3",),
                 files={"/usr/share/doc/python3-sample/README": _text("python3")}),
+        StandIn("python3-pyyaml",
+                files={"/usr/share/doc/python3-pyyaml-sample/README": _text("PyYAML")}),
         StandIn("cri-o", files={"/usr/share/doc/cri-o-sample/README": _text("cri-o")},
                 dirs=("/etc/containers",)),
         StandIn("cri-tools", files={"/usr/share/doc/cri-tools-sample/README": _text("crictl")}),
@@ -110,7 +128,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
         StandIn("NetworkManager-ovs", requires=("NetworkManager",),
                 files={"/usr/share/doc/nm-ovs-sample/README": _text("NetworkManager-ovs")}),
         StandIn("firewalld", files={"/usr/share/doc/firewalld-sample/README": _text("firewalld")}),
-        StandIn("greenboot", files={"/usr/share/doc/greenboot-sample/README": _text("greenboot")},
+        StandIn("greenboot", files={"/usr/share/doc/greenboot-sample/README": _text("greenboot"),
+                                    **_greenboot_units()},
                 dirs=("/etc/greenboot/check/required.d", "/etc/greenboot/check/wanted.d",
                       "/etc/greenboot/green.d", "/etc/greenboot/red.d")),
         StandIn("lvm2", files={"/usr/share/doc/lvm2-sample/README": _text("lvm2")}),
@@ -153,13 +172,13 @@ def build_sample_base(ctx: Context) -> Path:
     epoch = release.source_date_epoch
     base = ctx.path("sample-base")
     outputs: list[Path] = []
+    unbuilt = [s for s in stand_ins(arch) if not is_built(_step(s, arch, epoch), ctx.build_dir)]
+    # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
+    ensure_space(ctx.build_dir, len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0,
+                 "the SAMPLE base repository")
     with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
         for stand_in in stand_ins(arch):
-            step = Step(f"sample-rpm:{stand_in.name}", {
-                "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
-                             "requires": stand_in.requires, "files": stand_in.files,
-                             "dirs": stand_in.dirs},
-                "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})
+            step = _step(stand_in, arch, epoch)
 
             def produce(out: Path, stand_in: StandIn = stand_in) -> None:
                 topdir = out / "topdir"
@@ -173,6 +192,14 @@ def build_sample_base(ctx: Context) -> Path:
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
+
+
+def _step(stand_in: StandIn, arch: str, epoch: int) -> Step:
+    return Step(f"sample-rpm:{stand_in.name}", {
+        "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
+                     "requires": stand_in.requires, "files": stand_in.files,
+                     "dirs": stand_in.dirs},
+        "version": SAMPLE_VERSION, "arch": arch, "macros": rpm_macros(epoch)})
 
 
 def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:

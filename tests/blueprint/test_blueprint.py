@@ -13,6 +13,7 @@ import pytest
 
 from builder.blueprint.images import ManifestImage, missing_images, scan_tree
 from builder.blueprint.render import (
+    GREENBOOT_SERVICES,
     load_profile,
     load_profiles,
     render_blueprint,
@@ -76,20 +77,29 @@ def test_whole_stack_caches_every_image_by_digest_and_enables_services(
         release: Release) -> None:
     data = rendered(release, "microshift-full")
     images = release.images(("core", "networking-ovnk", "storage-topolvm"))
-    assert len(data["containers"]) == len(images) == 10
+    assert len(data["containers"]) == len(images) == 11
     for entry in data["containers"]:
         assert "@sha256:" in entry["source"]
         assert entry["tls-verify"] is True
+    # The pause image CRI-O starts every pod with is cached like the others, by digest.
+    pause = release.component("core").images[0]
+    assert pause.name == "pause" and pause.ref in [c["source"] for c in data["containers"]]
     custom = data["customizations"]
     assert custom["services"]["enabled"] == [
-        "microshift.service", "microshift-ovs-init.service", "openvswitch.service"]
+        "microshift.service", "microshift-components.service", "microshift-ovs-init.service",
+        "openvswitch.service", *GREENBOOT_SERVICES]
+    assert "greenboot-healthcheck.service" in GREENBOOT_SERVICES
     firewall = custom["firewall"]
-    assert "6443:tcp" in firewall["ports"] and "30000-32767:tcp" in firewall["ports"]
+    assert firewall["ports"] == ["6443:tcp", "80:tcp", "443:tcp", "5353:udp", "30000-32767:tcp",
+                                 "30000-32767:udp"]
     assert firewall["zones"] == [{"name": "trusted",
-                                  "sources": ["10.42.0.0/16", "169.254.169.1"]}]
+                                  "sources": ["10.42.0.0/16", "fd01::/48", "169.254.169.1"]}]
     files = {f["path"]: f["data"] for f in custom["files"]}
     assert set(files) == {"/etc/microshift/config.yaml", "/etc/microshift/ovn.yaml",
+                          "/etc/systemd/journald.conf.d/microshift.conf",
                           "/etc/greenboot/greenboot.conf"}
+    journald = files["/etc/systemd/journald.conf.d/microshift.conf"].splitlines()
+    assert "[Journal]" in journald and "Storage=persistent" in journald
     assert "mtu: 1400" in files["/etc/microshift/ovn.yaml"]
     assert "GREENBOOT_MAX_BOOT_ATTEMPTS=3" in files["/etc/greenboot/greenboot.conf"]
 
@@ -97,8 +107,10 @@ def test_whole_stack_caches_every_image_by_digest_and_enables_services(
 def test_without_ovnk_there_is_no_ovn_config_nor_ovnk_service(release: Release) -> None:
     custom = rendered(release, "microshift-storage")["customizations"]
     assert "/etc/microshift/ovn.yaml" not in [f["path"] for f in custom["files"]]
-    assert custom["services"]["enabled"] == ["microshift.service"]
-    assert custom["firewall"]["zones"][0]["sources"] == ["10.42.0.0/16"]
+    assert custom["services"]["enabled"] == ["microshift.service",
+                                             "microshift-components.service",
+                                             *GREENBOOT_SERVICES]
+    assert custom["firewall"]["zones"][0]["sources"] == ["10.42.0.0/16", "fd01::/48"]
 
 
 def copy_blueprints(tmp_path: Path) -> Path:

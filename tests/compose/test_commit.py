@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,39 @@ def test_compose_killed_at_any_stage_leaves_a_sound_repo_and_reruns(
     summary = ostree(f"--repo={repo}", "summary", "--view").stdout
     assert composed_pair.commit1 in summary
     assert not (build / "ostree" / "work").exists()
+
+
+def test_commit_runs_a_real_release_offline(composed_pair: ComposedPair, checkout: Path,
+                                            tmp_path: Path) -> None:
+    """What a real binary needs on the device: CRI-O's drop-in with the embedded pause image,
+    the release's binaries, and greenboot's rules (issue 17's acceptance)."""
+    release = load_release(RELEASE)
+    [pause] = [img for img in release.images() if img.name == "pause"]
+    dropin = tomllib.loads((checkout / "usr/etc/crio/crio.conf.d/10-microshift.conf").read_text())
+    assert dropin["crio"]["image"]["pause_image"] == pause.ref
+    assert dropin["crio"]["runtime"]["cgroup_manager"] == "systemd"
+    assert dropin["crio"]["image"]["global_auth_file"] == "/etc/crio/openshift-pull-secret"
+    ovn = tomllib.loads((checkout / "usr/etc/crio/crio.conf.d/11-microshift-ovn.conf").read_text())
+    assert "/run/cni/bin" in ovn["crio"]["network"]["plugin_dirs"]
+    blueprint = tomllib.loads((composed_pair.build_dir / "blueprints" / f"{IMAGE}.toml")
+                              .read_text())
+    assert pause.ref in [c["source"] for c in blueprint["containers"]]
+    store = checkout / "usr/share/containers/storage"
+    proc = subprocess.run(["skopeo", "inspect", f"containers-storage:[overlay@{store}+"
+                           f"{tmp_path / 'run'}:overlay.skip_mount_home=true]{pause.ref}"],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and f'"Digest": "{pause.digest}"' in proc.stdout, proc.stderr
+    for binary in ("microshift", "microshift-etcd", "microshift-cleanup-data",
+                   "microshift-sos-report", "microshift-components"):
+        assert os.access(checkout / "usr/bin" / binary, os.X_OK), binary
+    assert os.readlink(checkout / "usr/etc/systemd/user/grub-boot-success.timer") == "/dev/null"
+    wants = checkout / "usr/etc/systemd/system/multi-user.target.wants"
+    assert (wants / "greenboot-healthcheck.service").is_symlink()
+    assert (checkout / "usr/etc/systemd/system/microshift.service.wants/"
+            "microshift-components.service").is_symlink()
+    journald = (checkout / "usr/etc/systemd/journald.conf.d/microshift.conf").read_text()
+    assert "Storage=persistent" in journald.splitlines()
+    trusted = (checkout / "usr/etc/firewalld/zones/trusted.xml").read_text()
+    assert '<source address="fd01::/48" />' in trusted
+    public = (checkout / "usr/etc/firewalld/zones/public.xml").read_text()
+    assert '<port port="5353" protocol="udp" />' in public

@@ -1,393 +1,369 @@
-"""Contract tests of the Image Builder client against tests/fake_weldr.py.
-
-The fake follows osbuild/osbuild-composer internal/weldr/api.go and compose.go (see the
-fake's docstring for each shape and status code it copies); no live osbuild-composer runs here.
-"""
+"""The composer client's fixes, each against the fake service as osbuild-composer behaves
+(tests/composer/fake_*.py cite the upstream handlers): image types by distro, the release
+version in what is published, no version drift, chained commits, normalized ids, the ASCII
+ref rule, warnings, installers, containers the workers cannot pull, errors as one line."""
 
 from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from builder.cli import main
-from builder.composer.client import ComposerError, Endpoint, RetryPolicy, WeldrClient
-from builder.composer.importer import import_commit_tarball
-from builder.composer.remote import (
-    ComposeOptions,
-    ComposeResult,
-    WaitOptions,
-    run_compose,
-    wait_for_compose,
-)
-from builder.core.errors import BuildError
+from builder.composer.client import WeldrClient
+from builder.composer.remote import ComposeJob, check_job, run_compose
+from builder.composer.request import ComposeOptions
+from builder.composer.results import ComposeResult
+from builder.composer.wait import WaitOptions
+from builder.core.errors import BuildError, InputError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
-from tests.composer.fake_weldr import FakeWeldr, Scenario
+from builder.release.model import Release
+from tests.composer.conftest import (
+    BLUEPRINT,
+    IMAGE,
+    PUBLISHED,
+    REF,
+    SAMPLE,
+    VERSION,
+    make_scenario,
+)
+from tests.composer.fake_weldr import FakeWeldr
 
-IMAGE = "microshift-edge"
-REF = "rhel/9/x86_64/edge"
-BLUEPRINT = f"""\
-name = "{IMAGE}"
-description = "MicroShift whole stack"
-version = "0.1.0"
-
-[[packages]]
-name = "microshift"
-version = "4.15.0-1.el9"
-
-[[packages]]
-name = "microshift-networking-ovnk"
-version = "4.15.0-1.el9"
-"""
+STAMPS = {"rhel-9": ("edge", "9.6"), "fedora": ("iot", "42")}
 
 
-@pytest.fixture
-def socket_dir() -> Iterator[Path]:
-    # Unix socket paths are limited to 108 bytes; pytest's tmp_path can be longer.
-    with tempfile.TemporaryDirectory(prefix="weldr-", dir="/tmp") as tmp:
-        yield Path(tmp)
-
-
-@pytest.fixture
-def scenario() -> Scenario:
-    return Scenario()
-
-
-@pytest.fixture
-def fake(tmp_path: Path, socket_dir: Path, scenario: Scenario) -> Iterator[FakeWeldr]:
-    workdir = tmp_path / "fake"
-    workdir.mkdir()
-    with FakeWeldr(workdir, scenario) as server:
-        server.serve_unix(socket_dir / "api.socket")
-        yield server
-
-
-@pytest.fixture
-def build_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "build"
-    (root / "blueprints").mkdir(parents=True)
-    (root / "blueprints" / f"{IMAGE}.toml").write_text(BLUEPRINT)
-    return root
-
-
-class Sleeps(list[float]):
-    def __call__(self, seconds: float) -> None:
-        self.append(seconds)
-
-
-@pytest.fixture
-def sleeps() -> Sleeps:
-    return Sleeps()
-
-
-@pytest.fixture
-def client(socket_dir: Path, fake: FakeWeldr, sleeps: Sleeps) -> Iterator[WeldrClient]:
-    c = WeldrClient(Endpoint(socket=socket_dir / "api.socket"), timeout=5.0,
-                    retry=RetryPolicy(attempts=4, base_delay=0.01, max_delay=0.04),
-                    sleep=sleeps)
-    yield c
-    c.close()
-
-
-def quiet() -> tuple[Progress, io.StringIO]:
+def compose(client: WeldrClient, build_dir: Path, release: Release, image_type: str = "commit",
+            **job: str) -> tuple[ComposeResult, str]:
     out = io.StringIO()
-    return Progress(stream=out), out
-
-
-def compose(client: WeldrClient, build_dir: Path, compose_type: str = "edge-commit",
-            url: str | None = None) -> tuple[ComposeResult, str]:
-    progress, out = quiet()
-    result = run_compose(client, build_dir=build_dir, image=IMAGE,
-                         options=ComposeOptions(compose_type, REF, url=url),
-                         wait=WaitOptions(poll_interval=0), progress=progress, runner=Runner())
+    options = ComposeOptions(image_type, REF, url=job.pop("url", None))
+    result = run_compose(client, ComposeJob(build_dir, IMAGE, release, options,
+                                            WaitOptions(poll_interval=0), **job),  # type: ignore[arg-type]
+                         Progress(stream=out), Runner())
     return result, out.getvalue()
 
 
-# -- success ------------------------------------------------------------------------------
+def ostree(repo: Path, *args: str) -> str:
+    return subprocess.run(["ostree", f"--repo={repo}", *args], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def meta(repo: Path, commit: str, key: str) -> str:
+    return ostree(repo, "show", f"--print-metadata-key={key}", commit).strip("'")
+
+
+def cli(release_file: Path, socket_dir: Path, *args: str | Path) -> int:
+    return main(["--release", str(release_file), "composer", *map(str, args),
+                 "--socket", str(socket_dir / "api.socket")])
+
+
+def compose_cli(release_file: Path, socket_dir: Path, build_dir: Path, *args: str) -> int:
+    return cli(release_file, socket_dir, "compose", "--image", IMAGE, "--build-dir", build_dir,
+               "--ref", REF, "--poll-interval", "0", *args)
+
+
+def one_line(err: str) -> str:
+    """The refusal: one `error:` line and no `hint:` (progress lines may come before it)."""
+    lines = [ln for ln in err.splitlines() if ln.startswith(("error:", "hint:", "    "))]
+    assert len(lines) == 1 and lines[0].startswith("error:"), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# -- image types by distro ----------------------------------------------------------------
 
 
 @pytest.mark.integration
-def test_cli_compose_edge_commit_imports_the_commit_into_the_local_repo(
-        fake: FakeWeldr, socket_dir: Path, build_dir: Path,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["composer", "compose", "--image", IMAGE, "--build-dir", str(build_dir),
-               "--type", "edge-commit", "--ref", REF, "--socket", str(socket_dir / "api.socket"),
-               "--poll-interval", "0"])
-    out, err = capsys.readouterr()
-    assert rc == 0, err
-
-    # The blueprint went up as TOML, exactly as rendered, then the compose request.
-    push = next(r for r in fake.requests if r.path == "/api/v1/blueprints/new")
-    assert push.content_type == "text/x-toml"
-    assert push.body.decode() == BLUEPRINT
-    start = next(r for r in fake.requests if r.path == "/api/v1/compose")
-    assert json.loads(start.body) == {"blueprint_name": IMAGE, "compose_type": "edge-commit",
-                                      "branch": "master",
-                                      "ostree": {"ref": REF, "parent": "", "url": ""}}
-    assert fake.paths()[:2] == ["/api/v1/blueprints/new", f"/api/v1/blueprints/depsolve/{IMAGE}"]
-
-    # Progress shows each queue state with elapsed time.
-    (uuid,) = fake.composes
-    for state in ("WAITING", "RUNNING", "FINISHED"):
-        assert f"compose {uuid}: {state} (" in err
-    assert "elapsed" in err
-
-    # The commit landed in DIR/ostree/repo on the ref, equal to compose.json's checksum.
+@pytest.mark.parametrize("distro", ["rhel-9", "fedora"])
+def test_commit_type_is_the_one_the_service_offers_and_is_published_as_the_release(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release,
+        distro: str) -> None:
+    family, stamp = STAMPS[distro]
+    result, out = compose(client, build_dir, release)
+    assert [r["compose_type"] for r in fake.compose_requests()] == [f"{family}-commit"]
+    assert result.compose_type == f"{family}-commit"
     repo = build_dir / "ostree" / "repo"
-    head = subprocess.run(["ostree", f"--repo={repo}", "rev-parse", REF], check=True,
-                          capture_output=True, text=True).stdout.strip()
-    assert head == fake.commits[uuid]
-    assert "mode=archive" in (repo / "config").read_text()
-    assert (repo / "summary").is_file()
-    tarball = build_dir / "composer" / f"{IMAGE}-{uuid}-commit.tar"
-    assert tarball.is_file()
-    assert not list(tarball.parent.glob(".*.part"))
-    assert f"{REF} {head}" in out
+    assert result.commit is not None
+    head = ostree(repo, "rev-parse", REF)
+    assert head == result.commit.commit
+    # The release version, not the distro's the service stamped; that one is recorded.
+    assert meta(repo, head, "version") == VERSION
+    assert meta(repo, head, "microshift.composer.version") == stamp
+    assert result.commit.service_version == stamp
+    (uuid,) = fake.composes
+    assert meta(repo, head, "microshift.composer.commit") == fake.composes[uuid].commit
+    assert meta(repo, head, "ostree.bootable") == "true"  # the service's metadata is kept
+    # Same tree as the service built: nothing re-hashed, nothing changed.
+    service_tree = ostree(repo, "ls", "-R", "-C", head)
+    assert "/usr/share/fake-composer/packages/microshift" in service_tree
+    assert f"version {VERSION}" in out
+    record = json.loads((build_dir / "composer" / f"{IMAGE}-{uuid}.json").read_text())
+    assert (record["version"], record["service_version"]) == (VERSION, stamp)
 
 
-def test_edge_installer_over_tcp_downloads_the_iso(tmp_path: Path, build_dir: Path) -> None:
-    workdir = tmp_path / "fake"
-    workdir.mkdir()
-    with FakeWeldr(workdir) as server:
-        url = server.serve_tcp()
-        client = WeldrClient(Endpoint(socket=None, url=url), timeout=5.0)
-        result, out = compose(client, build_dir, "edge-installer", url="http://10.0.0.1/repo/")
-        client.close()
-    iso = build_dir / "installer" / f"{IMAGE}.iso"
-    assert result.artifact == iso
-    assert b"CD001 fake installer ISO" in iso.read_bytes()
-    assert f"wrote {iso}" in out
-    assert "downloading" in out
-    start = next(r for r in server.requests if r.path == "/api/v1/compose")
-    assert json.loads(start.body)["ostree"]["url"] == "http://10.0.0.1/repo/"
+@pytest.mark.parametrize("distro", ["rhel-10"])
+def test_a_service_without_ostree_types_is_refused_in_one_line(
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rc = compose_cli(release_file, socket_dir, build_dir)
+    line = one_line(capsys.readouterr().err)
+    assert rc == 1
+    assert line.startswith(f"error: composer: the service at socket {socket_dir}/api.socket "
+                           "offers no ostree commit type (edge-commit or iot-commit); it "
+                           "offers: ami, azure, ")
+    assert "RHEL 10 builds neither: use a RHEL 9 (edge-*) or Fedora (iot-*) service" in line
+    assert fake.paths() == ["/api/v1/compose/types"]
 
 
-def test_cli_depsolve_status_wait_and_fetch(client: WeldrClient, fake: FakeWeldr,
-                                           socket_dir: Path, build_dir: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
-    sock = ["--socket", str(socket_dir / "api.socket")]
-    assert main(["composer", "push", "--image", IMAGE, "--build-dir", str(build_dir), *sock]) == 0
-    assert main(["composer", "depsolve", "--image", IMAGE, *sock]) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "microshift-4.15.0-1.el9.x86_64", "microshift-networking-ovnk-4.15.0-1.el9.x86_64"]
-
-    options = ComposeOptions("edge-installer", REF, url="http://10.0.0.1/repo/")
-    uuid = client.start_compose(options.request(IMAGE))
-    assert main(["composer", "status", uuid, "--wait", "--poll-interval", "0", *sock]) == 0
-    out, err = capsys.readouterr()
-    assert out.strip() == f"{uuid} FINISHED edge-installer {IMAGE} 0.1.0"
-    assert f"compose {uuid}: RUNNING" in err
-
-    assert main(["composer", "fetch", uuid, "--image", IMAGE, "--build-dir", str(build_dir),
-                 *sock]) == 0
-    iso = build_dir / "installer" / f"{IMAGE}.iso"
-    assert capsys.readouterr().out.strip() == f"{uuid} edge-installer {iso}"
-    assert iso.read_bytes().endswith(uuid.encode())
+def test_an_explicit_type_the_service_lacks_is_refused_naming_what_it_offers(
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    rc = compose_cli(release_file, socket_dir, build_dir, "--type", "iot-commit")
+    line = one_line(capsys.readouterr().err)
+    assert rc == 1
+    assert "does not offer iot-commit; it offers: " in line
+    assert "edge-commit, edge-container, edge-installer" in line
+    assert "Use --type commit to take whichever of edge-commit or iot-commit it has" in line
+    assert fake.blueprints == {}
 
 
-def test_depsolve_returns_the_package_set(client: WeldrClient, build_dir: Path) -> None:
+# -- versions -----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_recompose_neither_pushes_again_nor_drifts_the_version(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release) -> None:
+    first, _ = compose(client, build_dir, release)
+    second, out = compose(client, build_dir, release)
+    assert fake.pushes[IMAGE] == 1
+    assert "the service holds it already, not pushed again" in out
+    assert [client.status(r.uuid).version for r in (first, second)] == [VERSION, VERSION]
+    # A changed blueprint with the same version replaces the held one, unbumped.
+    path = build_dir / "blueprints" / f"{IMAGE}.toml"
+    path.write_text(BLUEPRINT.replace('ports = ["6443:tcp"]', 'ports = ["6443:tcp", "80:tcp"]'))
+    third, _ = compose(client, build_dir, release)
+    assert client.status(third.uuid).version == VERSION
+    assert fake.blueprints[IMAGE]["customizations"]["firewall"]["ports"] == ["6443:tcp", "80:tcp"]
+    assert "DELETE" in {r.method for r in fake.requests}
+
+
+def test_a_blueprint_of_another_release_is_refused_in_one_line(
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = build_dir / "blueprints" / f"{IMAGE}.toml"
+    path.write_text(BLUEPRINT.replace(f'version = "{VERSION}"', 'version = "4.14.1-3"', 1))
+    rc = compose_cli(release_file, socket_dir, build_dir)
+    line = one_line(capsys.readouterr().err)
+    assert rc == 2
+    assert line == (f"error: {path}: version: '4.14.1-3' is not this release's ({VERSION}, "
+                    f"release.yaml {VERSION}); render it again: python -m builder blueprint "
+                    f"--image {IMAGE} --build-dir {build_dir}")
+    assert fake.requests == []
+
+
+# -- chaining -----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_commits_chain_to_the_previous_one_served_to_the_workers(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release) -> None:
+    first, out1 = compose(client, build_dir, release, serve="127.0.0.1:0")
+    assert "nothing to serve" in out1  # no commit yet: the first one has no parent
+    second, out2 = compose(client, build_dir, release, serve="127.0.0.1:0")
+    assert first.commit is not None and second.commit is not None
+    assert second.commit.parent == first.commit.commit
+    repo = build_dir / "ostree" / "repo"
+    assert f"Parent:  {first.commit.commit}" in ostree(repo, "show", second.commit.commit)
+    requests = fake.compose_requests()
+    assert requests[0]["ostree"] == {"ref": REF, "parent": "", "url": ""}
+    assert requests[1]["ostree"]["parent"] == first.commit.commit
+    assert requests[1]["ostree"]["url"].startswith("http://127.0.0.1:")
+    assert "serving" in out2
+    # The workers built on it too: the service's commit names it as parent.
+    assert fake.composes[second.uuid].parent == first.commit.commit
+
+
+@pytest.mark.integration
+def test_commits_chain_without_a_url_too(client: WeldrClient, fake: FakeWeldr,
+                                         build_dir: Path, release: Release) -> None:
+    first, _ = compose(client, build_dir, release)
+    second, _ = compose(client, build_dir, release)
+    assert first.commit is not None and second.commit is not None
+    assert (first.commit.parent, second.commit.parent) == (None, first.commit.commit)
+    assert all(r["ostree"]["url"] == "" for r in fake.compose_requests())
+
+
+# -- ids, refs, warnings, installers ------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_status_and_fetch_accept_any_form_of_the_id(
+        client: WeldrClient, fake: FakeWeldr, socket_dir: Path, build_dir: Path, *,
+        release_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     client.push_blueprint(BLUEPRINT)
-    names = {p["name"] for p in client.depsolve(IMAGE)}
-    assert names == {"microshift", "microshift-networking-ovnk"}
+    request = ComposeOptions("commit", REF).request(IMAGE, "edge-commit", parent=None, url=None)
+    uuid = client.start_compose(request).uuid
+    fake.scenario.states = ("FINISHED",)
+    assert cli(release_file, socket_dir, "status", uuid.upper()) == 0
+    assert capsys.readouterr().out.strip() == f"{uuid} FINISHED edge-commit {IMAGE} {VERSION}"
+    assert cli(release_file, socket_dir, "fetch", "{" + uuid.upper() + "}", "--image", IMAGE,
+               "--build-dir", build_dir) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{uuid} edge-commit {build_dir}/composer/{IMAGE}-{uuid}-commit.tar"
+    assert out[1].startswith(f"{REF} ") and out[1].endswith(f" {VERSION}")
+
+
+@pytest.mark.parametrize("ref", ["microshift/x86_64/mícroshift", "microshift/x86_64/\uff4d"])
+def test_refs_follow_the_services_ascii_rule(fake: FakeWeldr, socket_dir: Path,
+                                            build_dir: Path, release_file: Path, *, ref: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    rc = cli(release_file, socket_dir, "compose", "--image", IMAGE, "--build-dir", build_dir,
+             "--ref", ref)
+    line = one_line(capsys.readouterr().err)
+    assert rc == 2
+    assert line == (f"error: command line: --ref: {ref!r} is not a valid ostree ref: use "
+                    "slash-separated words of ASCII letters, digits, '_', '-' and '.'")
+    assert fake.requests == []
+    ComposeOptions("commit", "rhel/9/x86_64/edge_1.0-a").validate()
+
+
+@pytest.mark.integration
+def test_service_warnings_are_shown(client: WeldrClient, build_dir: Path,
+                                    release: Release) -> None:
+    path = build_dir / "blueprints" / f"{IMAGE}.toml"
+    path.write_text(BLUEPRINT + '\n[customizations.kernel]\nappend = "quiet"\n')
+    result, out = compose(client, build_dir, release)
+    warning = ('blueprint validation failed for image type "edge-commit": '
+               "customizations.kernel.append: not supported")
+    assert result.warnings == (warning,)
+    assert f"service warning: {warning}" in out
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("distro", ["rhel-9", "fedora"])
+def test_installer_gets_only_what_it_supports_and_names_the_release_commit(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release,
+        distro: str) -> None:
+    family, _ = STAMPS[distro]
+    commit, _ = compose(client, build_dir, release)
+    assert commit.commit is not None
+    result, out = compose(client, build_dir, release, "installer", serve="127.0.0.1:0")
+    assert result.compose_type == f"{family}-installer"
+    assert result.warnings == ()
+    held = fake.blueprints[f"{IMAGE}-installer"]
+    assert (held["packages"], held["containers"], held.get("customizations")) == ([], [], None)
+    assert held["version"] == VERSION
+    assert "leaves them out" in out and "packages, containers, customizations.services" in out
+    iso = build_dir / "installer" / f"{IMAGE}.iso"
+    assert iso.read_bytes().endswith(f"{REF}={commit.commit.commit}".encode())
+    manifest = json.loads((build_dir / "installer" / f"{IMAGE}.json").read_text())
+    assert (manifest["commit"], manifest["version"], manifest["signed"]) == (
+        commit.commit.commit, VERSION, False)
+
+
+# -- containers the workers cannot pull ---------------------------------------------------
+
+
+def test_a_sample_image_is_refused_before_any_request(
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = build_dir / "blueprints" / f"{IMAGE}.toml"
+    path.write_text(BLUEPRINT.replace(PUBLISHED, SAMPLE))
+    rc = compose_cli(release_file, socket_dir, build_dir)
+    line = one_line(capsys.readouterr().err)
+    assert rc == 2
+    assert line.startswith(f"error: {release_file}: components.core.images.router.source: "
+                           "SAMPLE images are generated on this machine and are in no registry, "
+                           "but the service's workers pull [[containers]] from a registry")
+    assert line.endswith("push a real image there and set `ref` to it by digest, and drop "
+                         "`source`")
+    assert fake.requests == []
+
+
+def test_a_local_transport_is_refused_before_any_request(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release) -> None:
+    path = build_dir / "blueprints" / f"{IMAGE}.toml"
+    path.write_text(BLUEPRINT.replace(f'source = "{PUBLISHED}"',
+                                      'source = "oci-archive:/srv/images/router.tar"'))
+    with pytest.raises(InputError) as err:
+        compose(client, build_dir, release)
+    assert err.value.field == "containers[0].source"
+    assert "skopeo copy oci-archive:/srv/images/router.tar docker://REGISTRY/NAME:TAG" in \
+        err.value.message
+    assert fake.requests == []
 
 
 # -- service errors -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", [Scenario(depsolve_error="DNF error: conflicting "
-                                               "requests: microshift-networking-bridge")])
-def test_depsolve_error_stops_before_any_compose(client: WeldrClient, fake: FakeWeldr,
-                                                 build_dir: Path) -> None:
-    with pytest.raises(ComposerError) as err:
-        compose(client, build_dir)
-    assert str(err.value).startswith(f"composer: BlueprintsError: {IMAGE}: DNF error")
-    assert "microshift-networking-bridge" in str(err.value)
-    assert "/api/v1/compose" not in fake.paths()
-
-
-@pytest.mark.parametrize("scenario", [Scenario(depsolve_error="nothing provides cri-o")])
-def test_depsolve_error_on_compose_is_reported_and_not_retried(
-        client: WeldrClient, fake: FakeWeldr, sleeps: Sleeps) -> None:
-    client.push_blueprint(BLUEPRINT)
-    with pytest.raises(ComposerError) as err:
-        client.start_compose(ComposeOptions("edge-commit", REF).request(IMAGE))
-    assert err.value.message == "composer: DepsolveError: nothing provides cri-o"
-    assert err.value.status_code == 500
-    assert fake.paths("POST").count("/api/v1/compose") == 1
-    assert sleeps == []
-
-
-@pytest.mark.parametrize("scenario", [Scenario(states=("WAITING", "RUNNING", "FAILED"))])
-def test_failed_compose_names_the_uuid_and_shows_the_log_tail(
-        client: WeldrClient, fake: FakeWeldr, build_dir: Path) -> None:
-    with pytest.raises(BuildError) as err:
-        compose(client, build_dir)
-    (uuid,) = fake.composes
-    message = err.value.message
-    assert f"compose {uuid} FAILED" in message
-    assert "conflicts with microshift-networking-bridge" in message
-    assert "stage org.osbuild.rpm failed" in message
-    assert f"/api/v1/compose/log/{uuid}" in fake.paths()
-    assert not any(p.startswith("/api/v1/compose/image/") for p in fake.paths())
-    assert not (build_dir / "ostree").exists()
-
-
-def test_unknown_blueprint(client: WeldrClient) -> None:
-    with pytest.raises(ComposerError, match="UnknownBlueprint: Unknown blueprint name: nope"):
-        client.start_compose(ComposeOptions("edge-commit", REF).request("nope"))
-    with pytest.raises(ComposerError, match="UnknownBlueprint: nope: blueprint not found"):
-        client.depsolve("nope")
-
-
-def test_unknown_uuid(client: WeldrClient, socket_dir: Path,
-                      capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(ComposerError, match="UnknownUUID: not-a-uuid is not a valid build uuid"):
-        client.status("not-a-uuid")
-    missing = "0b6d1f0e-0000-4000-8000-000000000000"
-    rc = main(["composer", "status", missing, "--socket", str(socket_dir / "api.socket")])
+@pytest.mark.parametrize(("scenario", "expected"), [
+    (make_scenario(registry={}), "error: composer: ContainerResolveError: Error resolving "
+     "container: reading manifest sha256:47a1fb63"),
+    (make_scenario(depsolve_error="nothing provides cri-o"),
+     f"error: composer: BlueprintsError: {IMAGE}: nothing provides cri-o"),
+])
+def test_service_errors_are_reported_without_a_traceback(
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path, *,
+        expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = compose_cli(release_file, socket_dir, build_dir)
     err = capsys.readouterr().err
     assert rc == 1
-    assert f"error: composer: UnknownUUID: compose {missing} does not exist" in err
-
-
-# -- transport failures -------------------------------------------------------------------
-
-
-def test_unreachable_socket_is_one_clear_line(build_dir: Path, socket_dir: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    missing = socket_dir / "nothing-here.socket"
-    rc = main(["composer", "compose", "--image", IMAGE, "--build-dir", str(build_dir),
-               "--socket", str(missing)])
-    err = capsys.readouterr().err
-    assert rc != 0
-    assert f"error: composer: cannot reach osbuild-composer at socket {missing}" in err
-    assert "systemctl enable --now osbuild-composer.socket" in err
+    assert f"\n{expected}" in err
     assert "Traceback" not in err
     assert not (build_dir / "ostree").exists()
 
 
-def test_unreachable_url_names_the_url(sleeps: Sleeps) -> None:
-    url = closed_port_url()
-    client = WeldrClient(Endpoint(socket=None, url=url), sleep=sleeps)
-    with pytest.raises(BuildError, match=f"cannot reach osbuild-composer at URL {url}"):
-        client.push_blueprint(BLUEPRINT)
-    assert sleeps == []  # nothing listens: retrying cannot help
-
-
-@pytest.mark.parametrize("scenario", [Scenario(faults={"POST /api/v1/blueprints/new": [503, 502]})])
-def test_transient_503_is_retried_with_backoff(client: WeldrClient, fake: FakeWeldr,
-                                               sleeps: Sleeps) -> None:
-    client.push_blueprint(BLUEPRINT)
-    assert fake.paths("POST").count("/api/v1/blueprints/new") == 3
-    assert sleeps == [0.01, 0.02]
-    assert IMAGE in fake.blueprints
-
-
-@pytest.mark.parametrize("scenario", [Scenario(faults={"GET /api/v1/compose/status/": [0]})])
-def test_dropped_connection_is_retried(client: WeldrClient, fake: FakeWeldr,
-                                       sleeps: Sleeps) -> None:
-    client.push_blueprint(BLUEPRINT)
-    uuid = client.start_compose(ComposeOptions("edge-commit", REF).request(IMAGE))
-    assert client.status(uuid).queue_status == "WAITING"
-    assert len(sleeps) == 1
-
-
-@pytest.mark.parametrize("scenario", [Scenario(faults={"POST /api/v1/blueprints/new": [503] * 9})])
-def test_retries_are_bounded(client: WeldrClient, fake: FakeWeldr, sleeps: Sleeps) -> None:
-    with pytest.raises(ComposerError, match="HTTP503"):
-        client.push_blueprint(BLUEPRINT)
-    assert fake.paths("POST").count("/api/v1/blueprints/new") == 4
-    assert sleeps == [0.01, 0.02, 0.04]
-
-
-@pytest.mark.parametrize("scenario", [Scenario(faults={"POST /api/v1/blueprints/new": [400]})])
-def test_400_is_not_retried(client: WeldrClient, fake: FakeWeldr, sleeps: Sleeps) -> None:
-    with pytest.raises(ComposerError) as err:
-        client.push_blueprint(BLUEPRINT)
-    assert err.value.status_code == 400
-    assert fake.paths("POST").count("/api/v1/blueprints/new") == 1
-    assert sleeps == []
-
-
-@pytest.mark.parametrize("scenario", [Scenario(status_delay=1.0)])
-def test_request_timeout_is_a_clear_error(socket_dir: Path, fake: FakeWeldr) -> None:
-    client = WeldrClient(Endpoint(socket=socket_dir / "api.socket"), timeout=0.2)
+@pytest.mark.parametrize("scenario", [make_scenario(states=("WAITING", "RUNNING", "FAILED"))])
+def test_failed_compose_names_the_uuid_and_shows_the_log_tail(
+        client: WeldrClient, fake: FakeWeldr, build_dir: Path, release: Release) -> None:
     with pytest.raises(BuildError) as err:
-        client.status("0b6d1f0e-0000-4000-8000-000000000000")
-    assert "no answer from socket" in err.value.message
-    assert "within 0.2s" in err.value.message
-    assert err.value.hint is not None and "--timeout" in err.value.hint
-
-
-@pytest.mark.parametrize("scenario", [Scenario(states=("WAITING",))])
-def test_compose_wait_gives_up_after_wait_timeout(socket_dir: Path, fake: FakeWeldr) -> None:
-    now = [0.0]
-
-    def tick(seconds: float) -> None:
-        now[0] += seconds
-
-    client = WeldrClient(Endpoint(socket=socket_dir / "api.socket"), sleep=tick,
-                         clock=lambda: now[0])
-    client.push_blueprint(BLUEPRINT)
-    uuid = client.start_compose(ComposeOptions("edge-commit", REF).request(IMAGE))
-    progress, _ = quiet()
-    with pytest.raises(BuildError, match=f"compose {uuid} is still WAITING after 1m00s"):
-        wait_for_compose(client, uuid, progress, WaitOptions(poll_interval=10, timeout=60))
-
-
-# -- input checks and import integrity ----------------------------------------------------
+        compose(client, build_dir, release)
+    (uuid,) = fake.composes
+    message = err.value.message
+    assert message.startswith(f"composer: compose {uuid} FAILED (edge-commit of blueprint "
+                              f"{IMAGE} {VERSION}); last log lines:\n")
+    assert "conflicts with microshift-networking-bridge" in message
+    assert "stage org.osbuild.rpm failed" in message
+    assert err.value.hint == (f"full log: GET /api/v1/compose/log/{uuid} "
+                              f"(composer-cli compose log {uuid})")
+    assert not any(p.startswith("/api/v1/compose/image/") for p in fake.paths())
+    assert not (build_dir / "ostree").exists()
 
 
 def test_parent_without_url_is_refused_before_any_request(
-        fake: FakeWeldr, socket_dir: Path, build_dir: Path,
+        fake: FakeWeldr, socket_dir: Path, build_dir: Path, release_file: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["composer", "compose", "--image", IMAGE, "--build-dir", str(build_dir),
-               "--parent", REF, "--socket", str(socket_dir / "api.socket")])
-    err = capsys.readouterr().err
+    rc = compose_cli(release_file, socket_dir, build_dir, "--parent", REF)
+    line = one_line(capsys.readouterr().err)
     assert rc == 2
-    assert "command line: --parent: a parent needs --url" in err
+    assert line == ("error: command line: --parent: a parent needs --url (the ostree repo "
+                    "that holds it) or --serve-repo")
     assert fake.requests == []
 
 
-@pytest.mark.integration
-def test_tampered_commit_tarball_leaves_the_local_repo_alone(
-        client: WeldrClient, fake: FakeWeldr, tmp_path: Path) -> None:
-    client.push_blueprint(BLUEPRINT)
-    uuid = client.start_compose(ComposeOptions("edge-commit", REF).request(IMAGE))
-    fake.scenario.states = ("FINISHED",)
-    client.status(uuid)
-    good = tmp_path / "good.tar"
-    client.download_image(uuid, good, quiet()[0])
-    bad = tmp_path / "bad.tar"
-    with tarfile.open(good) as src, tarfile.open(bad, "w") as dst:
-        for member in src.getmembers():
-            data = src.extractfile(member) if member.isfile() else None
-            if member.name == "./compose.json":
-                meta = json.loads(data.read()) if data else {}
-                meta["ostree-commit"] = "f" * 64
-                raw = json.dumps(meta).encode()
-                member.size = len(raw)
-                data = io.BytesIO(raw)
-            dst.addfile(member, data)
-    repo = tmp_path / "ostree" / "repo"
-    with pytest.raises(BuildError, match=r"but compose.json says f{64}"):
-        import_commit_tarball(bad, repo, Runner(), quiet()[0], expected_ref=REF)
-    refs = subprocess.run(["ostree", f"--repo={repo}", "refs"], check=True,
-                          capture_output=True, text=True).stdout
-    assert refs.strip() == ""
-
-
-def closed_port_url() -> str:
-    """A TCP URL on which nothing listens (a port bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+@pytest.mark.parametrize(("options", "serve", "message"), [
+    (ComposeOptions("installer", REF), None,
+     "command line: --url: an installer needs --url (the ostree repo serving the commit to "
+     "install) or --serve-repo"),
+    (ComposeOptions("commit", REF), "0.0.0.0:8000",
+     "command line: --serve-repo: 0.0.0.0 is not an address the workers can reach; give this "
+     "machine's address, e.g. 10.0.0.5:8000"),
+    (ComposeOptions("commit", REF), "builder",
+     "command line: --serve-repo: 'builder' is not HOST:PORT; give this machine's address as "
+     "the workers reach it, e.g. 10.0.0.5:8000"),
+    (ComposeOptions("commit", REF, url="10.0.0.5/repo"), None,
+     "command line: --url: '10.0.0.5/repo' is not a URL; e.g. http://10.0.0.1:8080/repo/"),
+    (ComposeOptions("commit", "a" * 64), None,
+     f"command line: --ref: '{'a' * 64}' looks like a commit checksum; give a ref such as "
+     "microshift/x86_64/microshift-full"),
+])
+def test_options_are_refused_in_one_line_before_anything_is_sent(
+        build_dir: Path, release: Release, options: ComposeOptions, serve: str | None,
+        message: str) -> None:
+    with pytest.raises(InputError) as err:
+        check_job(ComposeJob(build_dir, IMAGE, release, options, serve=serve))
+    assert err.value.message == message
+    assert err.value.hint is None

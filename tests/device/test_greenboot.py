@@ -44,7 +44,8 @@ def shell_scripts() -> list[Path]:
 
 
 def make_root(tmp: Path, *, base: str = "300", max_boots: str = "3",
-              counter: int | None = None, enabled: bool = True, active: bool = True) -> Path:
+              counter: int | None = None, enabled: bool = True, active: bool = True,
+              state: str | None = None) -> Path:
     """A booted root: the greenboot package, core + OVN-K health lists, unit states, grubenv."""
     root = tmp / "root"
     render_source_tree("microshift-greenboot", {}, root)
@@ -60,7 +61,8 @@ def make_root(tmp: Path, *, base: str = "300", max_boots: str = "3",
     units = root / "run/device-sim/units"
     units.mkdir(parents=True)
     (units / "microshift.service.is-enabled").write_text("enabled" if enabled else "disabled")
-    (units / "microshift.service.is-active").write_text("active" if active else "failed")
+    (units / "microshift.service.is-active").write_text(
+        state or ("active" if active else "failed"))
     return root
 
 
@@ -218,10 +220,36 @@ def test_check_fails_when_a_listed_workload_does_not_exist(tmp_path: Path) -> No
 
 
 @pytest.mark.integration
-def test_check_fails_when_microshift_is_not_active(tmp_path: Path) -> None:
-    rc, out, _ = run_check(tmp_path, make_root(tmp_path, base="1", active=False), Health())
+def test_check_fails_at_once_when_microshift_failed(tmp_path: Path) -> None:
+    # As upstream's check: a failed unit will not become active; no need to wait it out.
+    rc, out, seconds = run_check(tmp_path, make_root(tmp_path, base="30", active=False),
+                                 Health())
+    assert rc == 1 and seconds < 20
+    assert "microshift.service failed" in out and out.rstrip().endswith("FAILURE")
+
+
+@pytest.mark.integration
+def test_check_waits_for_an_inactive_microshift_until_the_timeout(tmp_path: Path) -> None:
+    rc, out, _ = run_check(tmp_path, make_root(tmp_path, base="1", state="activating"),
+                           Health())
     assert rc == 1
     assert "waiting for: microshift.service is active" in out
+
+
+@pytest.mark.integration
+def test_check_reports_the_failed_component_plugin_with_its_message(tmp_path: Path) -> None:
+    root = make_root(tmp_path, base="30", state="inactive")
+    (root / "run/device-sim/units/microshift-components.service.is-active").write_text("failed")
+    failure = root / "run/microshift-components/failure.log"
+    failure.parent.mkdir(parents=True)
+    failure.write_text("plugin 005-networking-ovnk failed with exit code 1: a system "
+                       "precondition is unmet\n    the OVS gateway bridge br-ex does not exist\n")
+    rc, out, seconds = run_check(tmp_path, root, Health())
+    assert rc == 1 and seconds < 20
+    assert "microshift-components.service failed" in out
+    assert "the OVS gateway bridge br-ex does not exist" in out
+    log = (root / "run/microshift-greenboot/healthcheck-failure.log").read_text()
+    assert "plugin 005-networking-ovnk failed with exit code 1" in log
 
 
 @pytest.mark.integration

@@ -94,6 +94,33 @@ def test_boot_with_a_crashlooping_component_runs_red_d(tmp_path: Path,
     assert "backups: diagnostics" in out
 
 
+def test_boot_runs_the_components_unit_and_microshift_applies_its_kustomization(
+        tmp_path: Path, sample_pair: UpdatePair, capsys: pytest.CaptureFixture[str]) -> None:
+    sysroot = tmp_path / "device"
+    assert run_cli("device", "init", "--sysroot", sysroot) == 0
+    assert run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
+                   "--ref", SAMPLE_REF, "--wait-timeout", "1") == 0
+    assert run_cli("device", "boot", "--sysroot", sysroot) == 0
+    err = capsys.readouterr().err
+    # The real OVN-Kubernetes plugin ran in the unit; MicroShift applied what it printed
+    # (kubectl kustomize through core's manifests.d link): core's 4 workloads + OVN-K's 2.
+    assert "[microshift-components.service]     13 objects from 1 component plugins" in err
+    assert "microshift: started, 6 workloads" in err
+    assert "ok: daemonset openshift-ovn-kubernetes/ovnkube-node is ready" in err
+
+    [etc] = sysroot.glob("ostree/deploy/edge/deploy/*.0/etc")
+    (etc / "microshift/ovn.yaml").write_text("mtu: 99999\n")  # an admin's mistake
+    assert run_cli("device", "boot", "--sysroot", sysroot) == 1
+    err = capsys.readouterr().err
+    assert "microshift-components.service: FAILED (exit 2)" in err
+    assert "microshift.service: not started, dependency microshift-components.service" in err
+    # greenboot's check fails at once and says which plugin failed and why.
+    assert "[40-microshift-running-check.sh] microshift-components.service failed" in err
+    assert "plugin 005-networking-ovnk failed with exit code 2: its configuration is wrong" \
+        in err
+    assert "mtu: 99999 is out of range" in err
+
+
 def test_cli_upgrade_arms_the_boot_counter(tmp_path: Path, sample_pair: UpdatePair,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     sysroot = tmp_path / "device"

@@ -147,6 +147,12 @@ def test_post_install_sets_remote_config_greenboot_and_firewall() -> None:
     assert "GREENBOOT_MAX_BOOT_ATTEMPTS=5" in text
     assert "firewall-offline-cmd --zone=trusted --add-source=10.42.0.0/16" in text
     assert "firewall-offline-cmd --zone=trusted --add-source=169.254.169.1" in text
+    assert "firewall-offline-cmd --zone=trusted --add-source=fd01::/48" in text
+    assert "firewall-offline-cmd --zone=public --add-port=5353/udp" in text
+    # greenboot's rules: a login never marks a boot healthy; failed boots keep their logs.
+    assert "ln -sf /dev/null /etc/systemd/user/grub-boot-success.timer" in text
+    assert "mkdir -p /var/log/journal" in text
+    assert "systemctl enable greenboot-healthcheck.service" in text
 
 
 def test_signed_commit_verifies_with_the_given_key(gpg_key: Path) -> None:
@@ -257,13 +263,14 @@ def test_image_facts_come_from_the_rendered_blueprint(tmp_path: Path) -> None:
     write_blueprints(tmp_path, "microshift-full", "microshift-minimal")
     full = load_image_facts(tmp_path / "blueprints/microshift-full.toml", "microshift-full")
     assert full.storage
-    assert full.trusted_sources == ("10.42.0.0/16", "169.254.169.1")
+    assert full.trusted_sources == ("10.42.0.0/16", "fd01::/48", "169.254.169.1")
+    assert "5353:udp" in full.firewall_ports and "6443:tcp" in full.firewall_ports
     assert full.max_boot_attempts == 3
     assert full.microshift_config and "baseDomain" in full.microshift_config
     minimal = load_image_facts(tmp_path / "blueprints/microshift-minimal.toml",
                                "microshift-minimal")
     assert not minimal.storage
-    assert minimal.trusted_sources == ("10.42.0.0/16",)
+    assert minimal.trusted_sources == ("10.42.0.0/16", "fd01::/48")
 
 
 # --- the command ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from builder import __version__
 from builder.core.errors import InputError
 from builder.release.model import load_release
 from builder.release.samples import sample_digest
@@ -157,7 +158,8 @@ def test_json_mode_reports_a_bad_input_as_one_json_event(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_release(tmp_path, lambda d: d.update(version="4.14-2"))
     assert run_cli("--json", "--release", path, "rpms", "--build-dir", tmp_path / "b") == 2
-    [line] = capsys.readouterr().err.strip().splitlines()
-    event = json.loads(line)
+    # The tool's version, then the error: nothing else, every line JSON.
+    started, event = (json.loads(line) for line in capsys.readouterr().err.strip().splitlines())
+    assert started["event"] == "info" and started["version"] == __version__
     assert event["event"] == "error" and event["exit_code"] == 2
     assert event["message"].startswith(f"{path}: version:")

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
 
+from builder.release.model import load_release
 from tests.support.cli import RELEASE, build_release, rpm_query, run_cli
 from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
 
 COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
-                  "greenboot")
+                  "greenboot", "release-info")
 
 
 def digests(directory: Path) -> dict[str, str]:
@@ -109,6 +113,75 @@ def test_core_contents(built_release: Path, tmp_path: Path) -> None:
     out = subprocess.run([extracted / "usr/bin/microshift", "version"], capture_output=True,
                          text=True, check=True).stdout
     assert "MicroShift Version: 4.14.2" in out
+
+
+def test_core_ships_every_payload_file_and_the_runtime_pieces(built_release: Path,
+                                                              tmp_path: Path) -> None:
+    core = rpm_of(built_release, "core")
+    modes = dict(line.rsplit(" ", 1) for line in rpm_query(
+        "-qp", "--qf", "[%{FILENAMES} %{FILEMODES:perms}\n]", core).splitlines())
+    for binary in ("microshift", "microshift-etcd", "microshift-cleanup-data",
+                   "microshift-sos-report", "microshift-components"):
+        assert modes[f"/usr/bin/{binary}"] == "-rwxr-xr-x", binary
+    assert modes["/usr/lib/microshift/manifests.d/000-microshift-components"].startswith("l")
+    root = extract(core, tmp_path)
+    etcd = subprocess.run([root / "usr/bin/microshift-etcd", "version"], capture_output=True,
+                          text=True, check=True).stdout
+    assert "MicroShift-etcd Version: 4.14.2-sample" in etcd
+    release = load_release(RELEASE)
+    [pause] = [img for img in release.images() if img.name == "pause"]
+    dropin = tomllib.loads((root / "etc/crio/crio.conf.d/10-microshift.conf").read_text())
+    assert dropin["crio"]["image"]["pause_image"] == pause.ref
+    unit = (root / "usr/lib/systemd/system/microshift.service").read_text().splitlines()
+    for line in ("Type=notify", "Delegate=yes", "LimitNOFILE=1048576", "TimeoutStartSec=2m",
+                 "Before=kubepods.slice", "Requires=microshift-components.service",
+                 "After=microshift-components.service"):
+        assert line in unit, line
+    assert "managed=0" in (root / "usr/lib/NetworkManager/conf.d/"
+                                  "10-microshift-ignore-devices.conf").read_text()
+    assert "fs.inotify.max_user_instances = 8192" in \
+        (root / "usr/lib/sysctl.d/90-microshift-inotify.conf").read_text()
+    requires = rpm_query("-qp", "--requires", core).split()
+    assert "python3" in requires and "python3-pyyaml" in requires
+
+
+def test_cni_drop_ins_name_the_directories_their_manifests_install_to(
+        built_release: Path, tmp_path: Path) -> None:
+    for key, name, first in (("networking-ovnk", "11-microshift-ovn.conf", "/usr/libexec/cni"),
+                             ("networking-bridge", "11-microshift-bridge.conf",
+                              "/usr/libexec/cni"),
+                             ("multus", "12-microshift-multus.conf", "/run/cni/bin")):
+        root = extract(rpm_of(built_release, key), tmp_path / key)
+        network = tomllib.loads((root / "etc/crio/crio.conf.d" / name).read_text())
+        dirs = network["crio"]["network"]["plugin_dirs"]
+        assert dirs[0] == first and "/run/cni/bin" in dirs
+        manifests = "".join(p.read_text() for p in root.rglob("*.yaml"))
+        assert "/opt/cni/bin" not in manifests
+
+
+def test_release_info_package_lists_every_image(built_release: Path, tmp_path: Path) -> None:
+    root = extract(rpm_of(built_release, "release-info"), tmp_path)
+    info = json.loads((root / "usr/share/microshift/release/release-x86_64.json").read_text())
+    assert info["images"] == {img.name: img.ref for img in load_release(RELEASE).images()}
+
+
+def test_greenboot_leaves_backup_to_a_binary_that_does_it(built_release: Path,
+                                                           tmp_path: Path) -> None:
+    sample = extract(rpm_of(built_release, "greenboot"), tmp_path / "sample")
+    assert (sample / "usr/lib/systemd/system/microshift-data-restore.service").is_file()
+    assert os.readlink(sample / "etc/systemd/user/grub-boot-success.timer") == "/dev/null"
+    data = yaml.safe_load(RELEASE.read_text())
+    data["components"]["core"]["data_backup"] = "microshift"
+    release = tmp_path / "release.yaml"
+    release.write_text(yaml.safe_dump(data))
+    build = shutil.copytree(built_release, tmp_path / "build", symlinks=True)
+    assert run_cli("--release", release, "rpms", "--build-dir", build, "--no-lint") == 0
+    root = extract(rpm_of(build, "greenboot"), tmp_path / "binary")
+    files = set(rpm_query("-qp", "--list", rpm_of(build, "greenboot")).split())
+    assert "/usr/lib/systemd/system/microshift-data-restore.service" not in files
+    assert "/usr/lib/greenboot/green.d/40-microshift-set-healthy.sh" not in files
+    assert "/usr/lib/greenboot/red.d/40-microshift-pre-rollback.sh" in files
+    assert os.readlink(root / "etc/systemd/user/grub-boot-success.timer") == "/dev/null"
 
 
 def test_ovnk_host_side_matches_seed_001(built_release: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ MICROSHIFT_KUBECONFIG="${MICROSHIFT_KUBECONFIG:-${MICROSHIFT_DATA_DIR}/resources
 MICROSHIFT_CORE_HEALTH_LIST="${MICROSHIFT_ROOT}/usr/share/microshift/greenboot/core-healthcheck.list"
 MICROSHIFT_COMPONENTS_DIR="${MICROSHIFT_ROOT}/usr/lib/microshift/components.d"
 MICROSHIFT_GREENBOOT_RUN_DIR="${MICROSHIFT_ROOT}/run/microshift-greenboot"
+MICROSHIFT_DATA_RESTORE="${MICROSHIFT_ROOT}/usr/libexec/microshift-greenboot/microshift-data-restore"
 MICROSHIFT_DEFAULT_WAIT_TIMEOUT_SEC=300
 
 # Read /etc/greenboot/greenboot.conf (GREENBOOT_MAX_BOOT_ATTEMPTS, MICROSHIFT_WAIT_TIMEOUT_SEC).
@@ -135,11 +136,22 @@ function api_get() {
     curl "${CURL_OPTS[@]}" "${API_URL%/}$1"
 }
 
-# The API server answers /readyz with "ok" once every readiness check passes.
+# The API server answers /readyz and /livez with "ok" once every check passes (upstream's
+# check asks both: an API server that is ready but not live is restarting).
 function api_ready() {
-    local body
-    body="$(api_get /readyz 2>/dev/null)" || return 1
-    [ "${body}" = "ok" ]
+    local endpoint body
+    for endpoint in /readyz /livez ; do
+        body="$(api_get "${endpoint}" 2>/dev/null)" || return 1
+        [ "${body}" = "ok" ] || return 1
+    done
+}
+
+# Does this package back up and restore MicroShift's data (microshift-data-restore.service)?
+# It ships the service only for releases whose binary does not do it itself at start
+# (release.yaml components.core.data_backup: greenboot); MicroShift 4.14 and later back up
+# and restore in their pre-run and own health.json.
+function shell_data_backup() {
+    [ -x "${MICROSHIFT_DATA_RESTORE}" ]
 }
 
 # Is a workload fully ready? arg1: namespace, arg2: deployment|daemonset|statefulset, arg3: name.

@@ -12,6 +12,10 @@ source "${MICROSHIFT_ROOT:-}/usr/share/microshift/functions/greenboot.sh"
 
 DEADLINE_MS=0
 FAILURE_LOG="${MICROSHIFT_GREENBOOT_RUN_DIR}/healthcheck-failure.log"
+# Why MicroShift could not start: microshift-components.service's plugin failure, and the
+# pre-run data management of MicroShift 4.14 and later.
+COMPONENTS_FAILURE="${MICROSHIFT_ROOT}/run/microshift-components/failure.log"
+PRERUN_FAILURE="${MICROSHIFT_BACKUP_DIR}/prerun_failed.log"
 
 # Wait for one condition until the shared deadline; on timeout, record what failed and exit.
 # arg1: description; argN: the command that succeeds once the condition holds.
@@ -24,11 +28,39 @@ function require() {
     fi
     mkdir -p "${MICROSHIFT_GREENBOOT_RUN_DIR}"
     echo "timed out after ${WAIT_TIMEOUT_SECS}s waiting for: ${what}" | tee "${FAILURE_LOG}"
+    print_start_failures | tee -a "${FAILURE_LOG}"
     echo "FAILURE"
     exit 1
 }
 
+# Print a failure log of MicroShift's own start, if there is one: the components' plugins
+# (microshift-components.service) and the binary's pre-run data management (4.14 and later).
+function print_start_failures() {
+    local log
+    for log in "${COMPONENTS_FAILURE}" "${PRERUN_FAILURE}" ; do
+        if [ -s "${log}" ] ; then
+            echo "Failure log in ${log#"${MICROSHIFT_ROOT}"}:"
+            sed 's/^/    /' "${log}"
+        fi
+    done
+}
+
+# A failed unit will not become active: fail at once, with its reason, as upstream's check
+# does for microshift.service, instead of waiting out the whole timeout.
+function fail_if_failed() {
+    local -r unit="$1"
+    if [ "$(systemctl is-failed "${unit}" 2>/dev/null || true)" = "failed" ] ; then
+        mkdir -p "${MICROSHIFT_GREENBOOT_RUN_DIR}"
+        echo "${unit} failed" | tee "${FAILURE_LOG}"
+        print_start_failures | tee -a "${FAILURE_LOG}"
+        echo "FAILURE"
+        exit 1
+    fi
+}
+
 function microshift_service_active() {
+    fail_if_failed microshift-components.service
+    fail_if_failed microshift.service
     [ "$(systemctl is-active microshift.service 2>/dev/null || true)" = "active" ]
 }
 
@@ -53,7 +85,7 @@ DEADLINE_MS=$(( $(now_ms) + WAIT_TIMEOUT_SECS * 1000 ))
 echo "Waiting up to ${WAIT_TIMEOUT_SECS}s for MicroShift and ${#WORKLOAD_LINES[@]} workload(s)"
 
 require "microshift.service is active" microshift_service_active
-require "the API server is ready (/readyz)" api_ready
+require "the API server is ready and live (/readyz, /livez)" api_ready
 for line in "${WORKLOAD_LINES[@]}" ; do
     [ -n "${line}" ] || continue
     read -r ns kind name <<<"${line}"

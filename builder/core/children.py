@@ -1,0 +1,111 @@
+"""No process outlives a run: the GnuPG agents that gpg, rpmsign and ostree start are stopped.
+
+gpg starts a `gpg-agent --homedir HOME --daemon` per GnuPG home on first use and leaves it
+running; it detaches, so it is no longer our child and ends with no process group of ours.
+Stages stop the agents they know of when they succeed, but a failed run (a full disk, a
+bad key) stops halfway, and CI runners collect the leftovers, which also keep a build
+directory on a mount busy. So at the end of every run, successful or not, every agent whose
+home is in the build directory, in a GnuPG home the run was given, or in a temporary home
+that is already gone and that started after the run began, is stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.core.errors import MissingToolError
+from builder.core.runner import Runner
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Agent:
+    pid: int
+    homedir: Path
+    started: float  # seconds since the epoch
+
+
+def gpg_agents() -> Iterator[Agent]:
+    """Every running gpg-agent with an explicit --homedir (what gpg starts for one)."""
+    boot = _boot_time()
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if not argv or not argv[0].endswith(b"gpg-agent") or b"--homedir" not in argv:
+            continue
+        index = argv.index(b"--homedir")
+        if index + 1 >= len(argv):
+            continue
+        # Field 22 of /proc/PID/stat is the start time in clock ticks since boot; fields
+        # are counted after the command name, which may hold spaces, in parentheses.
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        yield Agent(int(entry.name), Path(os.fsdecode(argv[index + 1])),
+                    boot + ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def _boot_time() -> float:
+    for line in (PROC / "stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == root or root in path.parents for root in roots)
+
+
+def stop_gpg_agents(runner: Runner, build_dir: Path, given_homes: Iterable[Path],
+                    run_started: float) -> list[Agent]:
+    """Stop the agents this run left (see the module docstring); returns them.
+
+    A GnuPG home the user gave (--gpg-homedir) may be their own, with an agent they were
+    using before the run: only an agent started during the run is stopped there.
+    """
+    build = Path(os.path.abspath(build_dir))
+    homes = [Path(os.path.abspath(home)) for home in given_homes]
+    stopped = []
+    for agent in gpg_agents():
+        during_run = agent.started >= run_started - 1  # start times have 1/100 s ticks
+        ours = _inside(agent.homedir, [build]) or (during_run and (
+            _inside(agent.homedir, homes) or not agent.homedir.exists()))
+        if not ours:
+            continue
+        if agent.homedir.is_dir():
+            with contextlib.suppress(MissingToolError):
+                runner.run(["gpgconf", "--homedir", str(agent.homedir), "--kill", "gpg-agent"],
+                           check=False)
+        _terminate(agent.pid)
+        stopped.append(agent)
+    return stopped
+
+
+def _terminate(pid: int, grace: float = 2.0) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds; gone or a zombie counts as stopped."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if not _running(pid):
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")

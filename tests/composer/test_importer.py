@@ -1,0 +1,104 @@
+"""Publishing a service-built commit: integrity checks first, then a re-commit of its tree."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from builder.composer.client import WeldrClient
+from builder.composer.importer import Publish, import_commit_tarball, metadata_keys
+from builder.composer.request import ComposeOptions
+from builder.core.errors import BuildError
+from builder.core.progress import Progress
+from builder.core.runner import Runner
+from tests.composer.conftest import BLUEPRINT, IMAGE, REF, VERSION
+from tests.composer.fake_weldr import FakeWeldr
+
+PUBLISH = Publish(image=IMAGE, blueprint_version=VERSION, version=VERSION,
+                  timestamp=1700000000, compose="0b6d1f0e-1c2d-4e5f-8a9b-0c1d2e3f4a5b")
+
+
+def service_tarball(client: WeldrClient, fake: FakeWeldr, dest: Path) -> Path:
+    client.push_blueprint(BLUEPRINT)
+    request = ComposeOptions("commit", REF).request(IMAGE, "edge-commit", parent=None, url=None)
+    uuid = client.start_compose(request).uuid
+    fake.scenario.states = ("FINISHED",)
+    client.status(uuid)
+    client.download_image(uuid, dest, Progress(stream=io.StringIO()))
+    return dest
+
+
+def refs(repo: Path) -> str:
+    return subprocess.run(["ostree", f"--repo={repo}", "refs"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_metadata_keys_are_the_top_level_keys_of_the_commit_dict() -> None:
+    raw = ("commit 1de9\n({'version': <'9.6'>, 'rpmostree.rpmdb.pkglist': <[('bash', '0', "
+           "'5.1', '1', 'x86_64')]>, 'odd': <{'nested': <'x'>}>, 'q': <'it\\'s, {<'>}, "
+           "@ay [], @a(say) [], '', '', uint64 1)")
+    assert metadata_keys(raw) == ["version", "rpmostree.rpmdb.pkglist", "odd", "q"]
+    assert metadata_keys("no commit here") == []
+
+
+@pytest.mark.integration
+def test_tampered_commit_tarball_leaves_the_local_repo_alone(
+        client: WeldrClient, fake: FakeWeldr, tmp_path: Path) -> None:
+    good = service_tarball(client, fake, tmp_path / "good.tar")
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(good) as src, tarfile.open(bad, "w") as dst:
+        for member in src.getmembers():
+            data = src.extractfile(member) if member.isfile() else None
+            if member.name == "./compose.json":
+                meta = json.loads(data.read()) if data else {}
+                meta["ostree-commit"] = "f" * 64
+                raw = json.dumps(meta).encode()
+                member.size = len(raw)
+                data = io.BytesIO(raw)
+            dst.addfile(member, data)
+    repo = tmp_path / "ostree" / "repo"
+    with pytest.raises(BuildError, match=r"but compose.json says f{64}"):
+        import_commit_tarball(bad, repo, Runner(), Progress(stream=io.StringIO()), PUBLISH,
+                              expected_ref=REF)
+    assert refs(repo) == ""
+    with pytest.raises(BuildError, match=r"compose\.json names ref 'microshift/x86_64/"):
+        import_commit_tarball(good, repo, Runner(), Progress(stream=io.StringIO()), PUBLISH,
+                              expected_ref="other/ref")
+    assert refs(repo) == ""
+
+
+@pytest.mark.integration
+def test_importing_the_same_compose_again_changes_nothing(
+        client: WeldrClient, fake: FakeWeldr, tmp_path: Path) -> None:
+    tarball = service_tarball(client, fake, tmp_path / "commit.tar")
+    repo = tmp_path / "ostree" / "repo"
+    out = io.StringIO()
+    first = import_commit_tarball(tarball, repo, Runner(), Progress(stream=out), PUBLISH)
+    again = import_commit_tarball(tarball, repo, Runner(), Progress(stream=out), PUBLISH)
+    assert first.changed and not again.changed
+    assert again.commit == first.commit
+    assert refs(repo) == REF
+    assert "already holds this content as 4.14.2-1; unchanged" in out.getvalue()
+    # The service's commit itself is not kept: only the release's commit is published.
+    objects = {p.stem for p in (repo / "objects").rglob("*.commit")}
+    assert {o for o in objects if len(o) == 62} == {first.commit[2:]}
+
+
+@pytest.mark.integration
+def test_an_import_is_refused_while_a_compose_holds_the_repo(
+        client: WeldrClient, fake: FakeWeldr, tmp_path: Path) -> None:
+    tarball = service_tarball(client, fake, tmp_path / "commit.tar")
+    repo = tmp_path / "ostree" / "repo"
+    repo.mkdir(parents=True)
+    with (repo.parent / ".lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(BuildError, match="another compose or import is writing"):
+            import_commit_tarball(tarball, repo, Runner(), Progress(stream=io.StringIO()),
+                                  PUBLISH)
+    assert refs(repo) == ""

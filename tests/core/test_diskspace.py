@@ -1,0 +1,121 @@
+"""A full build directory ends in one line naming it, its free space and the step; a rerun
+with more space resumes and gives the same outputs as a clean build."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.core.diskspace import NoSpaceError, ensure_space, free_bytes, no_space_error
+from builder.core.errors import ToolError
+from builder.core.progress import human_bytes
+from tests.support.cli import PROJECT_ROOT, RELEASE
+
+
+def test_a_tool_that_ran_out_of_space_becomes_one_line(tmp_path: Path) -> None:
+    tool = ToolError(["rpm", "-i", "--root", "/x", *["pkg.rpm"] * 200], 1,
+                     "error: unpacking of archive failed on file /usr/bin/x: cpio: write "
+                     "failed - No space left on device\nsqlite failure: database or disk is full")
+    error = no_space_error(tool, tmp_path, "SAMPLE base commit")
+    assert error is not None
+    assert error.message.startswith(f"no space left in {tmp_path}: ")
+    assert " free while SAMPLE base commit (rpm failed)" in error.message
+    assert "\n" not in error.message and "pkg.rpm" not in error.message
+
+
+def test_other_failures_are_left_alone(tmp_path: Path) -> None:
+    assert no_space_error(ToolError(["rpm"], 1, "error: bad header"), tmp_path, "x") is None
+    assert no_space_error(OSError(errno.EACCES, "denied"), tmp_path, "x") is None
+    full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f"))
+    error = no_space_error(full, tmp_path, "write ISO")
+    assert error is not None and f"(writing {tmp_path / 'f'})" in error.message
+
+
+def test_ensure_space_refuses_what_cannot_fit(tmp_path: Path) -> None:
+    ensure_space(tmp_path, 1, "a small write")
+    free = free_bytes(tmp_path)
+    with pytest.raises(NoSpaceError) as refused:
+        ensure_space(tmp_path / "not-yet", free + 2**40, "the big step")
+    assert refused.value.message == (
+        f"no space left in {tmp_path / 'not-yet'}: {human_bytes(free)} free, the big step "
+        f"needs about {human_bytes(free + 2**40)}")
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)],
+                   check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def build_image(build: Path, *extra: str, command: str = "build-image"
+                ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder", "--release", str(RELEASE),
+                           command, "--build-dir", str(build), *extra],
+                          cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
+
+
+def fingerprint(build: Path) -> dict[str, str]:
+    """What must be identical to a clean build: RPMs, repository metadata, commit."""
+    files = sorted([*build.glob("rpms/*.rpm"), *build.glob("repo/repodata/*")])
+    prints = {str(f.relative_to(build)): hashlib.sha256(f.read_bytes()).hexdigest()
+              for f in files}
+    repo = build / "ostree" / "repo"
+    refs = subprocess.run(["ostree", f"--repo={repo}", "refs"], capture_output=True,
+                          text=True, check=True).stdout.split()
+    for ref in refs:
+        prints[ref] = subprocess.run(["ostree", f"--repo={repo}", "rev-parse", ref],
+                                     capture_output=True, text=True, check=True).stdout.strip()
+    return prints
+
+
+def no_leftovers(build: Path) -> list[str]:
+    return sorted(str(p) for p in build.rglob("*")
+                  if p.name.startswith((".tmp-", ".render-", ".gpg-")) or ".tmp" in p.name)
+
+
+@pytest.mark.integration
+def test_full_disk_is_one_line_and_a_rerun_with_more_space_resumes(
+        tmpfs: Path, tmp_path: Path) -> None:
+    build = tmpfs / "build"
+    for size, step in (("1200k", "the SAMPLE base repository"), ("3000k", "the compose")):
+        subprocess.run(["mount", "-o", f"remount,size={size}", str(tmpfs)], check=True)
+        failed = build_image(build)
+        assert failed.returncode == 1, failed.stderr
+        error = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+        assert error == [error[0]] and error[0].startswith(f"error: no space left in {build}: ")
+        assert step in error[0]
+        assert "Traceback" not in failed.stderr
+        assert no_leftovers(build) == []
+    # The installer has no estimate: fill the disk while it writes the ISO.
+    subprocess.run(["mount", "-o", "remount,size=64m", str(tmpfs)], check=True)
+    assert build_image(build, "--until", "deltas").returncode == 0
+    ballast = tmpfs / "ballast"
+    subprocess.run(["fallocate", "-l", str(free_bytes(tmpfs) - 512 * 1024), str(ballast)],
+                   check=True)
+    failed = build_image(build, "--image", "microshift-full", command="installer")
+    assert failed.returncode == 1
+    assert f"error: no space left in {build}: " in failed.stderr, failed.stderr
+    assert " free while " in failed.stderr and no_leftovers(build) == []
+    assert not (build / "installer" / "microshift-full.iso").exists()
+    ballast.unlink()
+    resumed = build_image(build)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "unchanged" in resumed.stderr  # the steps before the failure were kept
+    clean = tmp_path / "clean"
+    assert build_image(clean).returncode == 0
+    assert fingerprint(build) == fingerprint(clean)
+    shutil.rmtree(clean)

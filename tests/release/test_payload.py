@@ -1,0 +1,121 @@
+"""The core payload of several files, the data_backup setting, and release-ARCH.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from builder.core.errors import InputError
+from builder.release.model import default_data_backup, load_release
+from builder.release.release_info import release_info_files
+from builder.release.samples import payload_standin
+from tests.release.test_release import write_release
+from tests.support.cli import RELEASE
+
+CORE = "components.core"
+
+
+def test_sample_payload_ships_every_file_of_a_real_release() -> None:
+    files = load_release(RELEASE).payload
+    assert [(f.install, f.mode_text, f.source.kind) for f in files] == [
+        ("/usr/bin/microshift", "0755", "sample"),
+        ("/usr/bin/microshift-etcd", "0755", "sample"),
+        ("/usr/bin/microshift-cleanup-data", "0755", "sample"),
+        ("/usr/bin/microshift-sos-report", "0755", "sample")]
+    for file in files:
+        text = payload_standin(file.source.location, "4.14.2").decode()
+        assert text.startswith("#!/bin/sh\n") and "SAMPLE stand-in" in text
+
+
+def test_single_file_form_is_the_microshift_binary(tmp_path: Path) -> None:
+    binary = tmp_path / "microshift"
+    binary.write_bytes(b"\x7fELF not really\n")
+    path = write_release(tmp_path, lambda d: d["components"]["core"].update(
+        payload={"path": str(binary)}))
+    [file] = load_release(path).payload
+    assert (file.install, file.mode, file.source.location) == \
+        ("/usr/bin/microshift", 0o755, str(binary))
+
+
+def test_files_form_takes_paths_urls_and_modes(tmp_path: Path) -> None:
+    etcd = tmp_path / "microshift-etcd"
+    etcd.write_bytes(b"etcd\n")
+    path = write_release(tmp_path, lambda d: d["components"]["core"].update(payload={"files": [
+        {"install": "/usr/bin/microshift", "url": "https://example.invalid/microshift",
+         "sha256": "a" * 64},
+        {"install": "/usr/bin/microshift-etcd", "path": str(etcd), "mode": "0750"},
+        {"install": "/usr/share/microshift/spec/config-openapi-spec.json",
+         "sample": "microshift-sos-report", "mode": "0644"}]}))
+    files = load_release(path).payload
+    assert [(f.install, f.mode, f.source.kind) for f in files] == [
+        ("/usr/bin/microshift", 0o755, "url"), ("/usr/bin/microshift-etcd", 0o750, "path"),
+        ("/usr/share/microshift/spec/config-openapi-spec.json", 0o644, "sample")]
+    assert len({f.name for f in files}) == 3  # unique names in the RPM's SOURCES
+
+
+def _files(*entries: dict[str, str]) -> object:
+    return lambda d: d["components"]["core"].update(payload={"files": list(entries)})
+
+
+@pytest.mark.parametrize(("mutate", "field", "words"), [
+    (_files({"install": "/usr/bin/microshift-etcd", "sample": "microshift-etcd"}),
+     f"{CORE}.payload.files", "no entry with install: /usr/bin/microshift"),
+    (_files({"install": "/usr/bin/microshift", "sample": "microshift"},
+            {"install": "/usr/bin/microshift", "sample": "microshift-etcd"}),
+     f"{CORE}.payload.files[1].install", "already installed by files[0]"),
+    (_files({"install": "/etc/microshift/x", "sample": "microshift"}),
+     f"{CORE}.payload.files[0].install", "under /usr/bin/"),
+    (_files({"install": "/usr/bin/../sbin/microshift", "sample": "microshift"}),
+     f"{CORE}.payload.files[0].install", "normalized absolute path"),
+    (_files({"install": "/usr/bin/microshift", "sample": "microshift", "mode": "755x"}),
+     f"{CORE}.payload.files[0].mode", "octal permission bits"),
+    (_files({"install": "/usr/bin/microshift", "sample": "microshift", "mode": "0044"}),
+     f"{CORE}.payload.files[0].mode", "the owner can read"),
+    (_files({"install": "/usr/bin/microshift", "sample": "kubelet"}),
+     f"{CORE}.payload.files[0].sample", "microshift, microshift-etcd"),
+    (_files({"install": "/usr/bin/microshift"}), f"{CORE}.payload.files[0]",
+     "give exactly one of path, url (with sha256) or sample"),
+    (_files({"install": "/usr/bin/microshift", "url": "https://x.invalid/m"}),
+     f"{CORE}.payload.files[0].sha256", "is required with url"),
+    (lambda d: d["components"]["core"].update(payload={"files": []}),
+     f"{CORE}.payload.files", "is empty"),
+    (lambda d: d["components"]["core"].update(data_backup="both"),
+     f"{CORE}.data_backup", "allowed: microshift, greenboot"),
+    (lambda d: d["components"]["multus"]["images"].update(
+        router=d["components"]["multus"]["images"].pop("multus-cni")),
+     "components.multus.images.router", "names another image than components.core.images"),
+])
+def test_bad_payload_and_settings_name_the_field(tmp_path: Path, mutate: object, field: str,
+                                                 words: str) -> None:
+    with pytest.raises(InputError) as info:
+        load_release(write_release(tmp_path, mutate))
+    assert info.value.field == field and words in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize(("version", "who"), [
+    ("4.13.9", "greenboot"), ("4.14.0~rc.1", "microshift"), ("4.14.2", "microshift"),
+    ("4.15.0", "microshift"), ("5.0.0", "microshift"), ("nightly", "greenboot")])
+def test_data_backup_defaults_to_the_binary_from_4_14_on(version: str, who: str) -> None:
+    assert default_data_backup(version) == who
+
+
+def test_data_backup_follows_the_version_unless_release_yaml_says(tmp_path: Path) -> None:
+    assert load_release(RELEASE).data_backup == "greenboot"  # the sample says so
+    path = write_release(tmp_path, lambda d: d["components"]["core"].pop("data_backup"))
+    assert load_release(path).data_backup == "microshift"
+
+
+def test_release_info_lists_every_release_image_by_digest_in_upstreams_format(
+        tmp_path: Path) -> None:
+    release = load_release(write_release(tmp_path, lambda d: d.update(
+        architectures=["x86_64", "aarch64"])))
+    files = release_info_files(release)
+    assert sorted(files) == ["usr/share/microshift/release/release-aarch64.json",
+                             "usr/share/microshift/release/release-x86_64.json"]
+    info = json.loads(files["usr/share/microshift/release/release-x86_64.json"])
+    assert info["release"] == {"base": "4.14.2"}
+    assert info["images"] == {img.name: img.ref for img in release.images()}
+    assert all("@sha256:" in ref for ref in info["images"].values())
+    assert "pause" in info["images"]
