@@ -1,4 +1,4 @@
-"""Sessions: build-image (the main job), tests, lint, bench.
+"""Sessions: build-image (the main job), tests, realscale, lint, bench.
 
 Every session installs the host tools it needs through ci/install-host-tools.sh (fast when
 they are present) and the project into its own virtualenv.
@@ -36,6 +36,19 @@ def tests(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", *(session.posargs or ["-q"]),
                 env={"PYTHONDONTWRITEBYTECODE": "1"})
+
+
+@nox.session(python=PYTHON)
+def realscale(session: nox.Session) -> None:
+    """The real-scale update tier (issue 11): real releases with a 96 MB executable and
+    520 MB of image content. `nox -s realscale` composes 4 releases (deltas from 3 previous
+    commits, ~45 min on 2 cores); `nox -s realscale -- 2` only the adjacent pair (CI)."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    releases = session.posargs[0] if session.posargs else "4"
+    session.run("python", "-m", "pytest", "tests/realscale", "-q", "-rs",
+                env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_REALSCALE": "1",
+                     "MSEB_REALSCALE_RELEASES": releases})
 
 
 @nox.session(python=PYTHON)

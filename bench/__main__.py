@@ -1,4 +1,9 @@
-"""`python -m bench [build] [--rounds N] [--out DIR]` (what `nox -s bench` runs)."""
+"""`python -m bench [build] [update] [publish] [realscale] [--rounds N] [--out DIR]`.
+
+`nox -s bench` runs it.
+`realscale` (issue 11) is heavy (about half an hour on 2 cores) and runs only when named:
+`python -m bench realscale [--series hugo-0.163|hugo-0.152] [--releases N]`.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,32 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import build_times, publish, update_size
+from bench import build_times, publish, realscale, update_size
+from bench.fixture import SERIES
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build", "update", "publish")
+BENCHMARKS = ("build", "update", "publish", "realscale")
+DEFAULT = ("build", "update", "publish")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("which", nargs="*",
-                        help="benchmarks to run: build, update, publish (default: all)")
+                        help="benchmarks: build, update, publish, realscale "
+                             "(default: build update publish)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
     parser.add_argument("--release", type=Path, default=ROOT / "release.yaml")
+    parser.add_argument("--series", choices=sorted(SERIES), default="hugo-0.163",
+                        help="realscale: the release series (bench/fixture.py)")
+    parser.add_argument("--releases", type=int, default=None,
+                        help="realscale: compose the last N releases of the series (default: "
+                             "all; 2 is the adjacent pair alone)")
     args = parser.parse_args()
-    which = set(args.which or BENCHMARKS)
+    which = set(args.which or DEFAULT)
     if which - set(BENCHMARKS):
         parser.error(f"unknown benchmark; choose from {', '.join(BENCHMARKS)}")
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     if "build" in which:
         result = build_times.measure(args.rounds, args.release.resolve())
@@ -36,6 +50,16 @@ def main() -> int:
         result = publish.measure(max(1, args.rounds // 2), args.out / "cache")
         (args.out / "publish.json").write_text(json.dumps(result, indent=2) + "\n")
         print(publish.report(result))
+    if "realscale" in which:
+        series = SERIES[args.series]
+        releases = min(args.releases or len(series.payloads), len(series.payloads))
+        if releases < 2:
+            parser.error("--releases must be at least 2")
+        result = realscale.measure(args.series, releases, args.out)
+        name = f"realscale-{args.series}-{releases}.json"
+        (args.out / name).write_text(json.dumps(result, indent=2) + "\n")
+        print(realscale.report(result))
+        return 0 if all(result["checks"].values()) else 1
     return 0
 
 

@@ -40,6 +40,7 @@ TOOLS=(
     # The simulated device's ostree runs the deployment's semodule through bubblewrap.
     "bwrap bubblewrap bubblewrap"
     "rsync rsync rsync"
+    "g++ g++ gcc-c++"
     # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
     # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
     "kubectl kubernetes-client kubernetes-client"

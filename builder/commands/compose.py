@@ -33,11 +33,17 @@ def register(sub: Any) -> None:
                              "ostree.deltas_from, 3)")
     deltas.add_argument("--no-offline", action="store_true",
                         help="skip the offline delta files in DIR/deltas/")
+    deltas.add_argument("--memory-limit", metavar="SIZE",
+                        help="memory for all delta generation at once, e.g. 8G (default: half "
+                             "of this machine's memory); bsdiff of a file needs ~17x its size")
+    deltas.add_argument("--jobs", type=int, default=None,
+                        help="update paths generated at once (default: the number of cores)")
     add_signing_options(deltas)
     deltas.set_defaults(func=cmd_deltas)
 
     apply = sub.add_parser("apply-delta",
-                           help="apply an offline delta file to an ostree repo (USB updates)")
+                           help="check an offline delta file, then apply it to an ostree repo "
+                                "(USB updates)")
     apply.add_argument("--repo", type=Path, required=True, help="the device's ostree repo")
     apply.add_argument("delta", type=Path, help="a .delta file written by `deltas`")
     apply.add_argument("--verify-remote", metavar="REMOTE",
@@ -75,16 +81,24 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
     if not ctx.path("ostree", "repo", "config").is_file():
         raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
                          hint="run `python -m builder compose` first")
+    from builder.publish.plan import parse_size
+
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError("command line", "--jobs", "must be 1 or more")
+    try:
+        limit = parse_size(args.memory_limit) if args.memory_limit else None
+    except ValueError as exc:
+        raise InputError("command line", "--memory-limit", str(exc)) from None
     options = DeltaOptions(ref=args.ref, image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
-                           offline=not args.no_offline)
+                           offline=not args.no_offline, memory_limit=limit, jobs=args.jobs)
     report = generate_deltas(ctx, options)
     print(report.text())
     return 0
 
 
 def cmd_apply_delta(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.publish.deltas import apply_offline
+    from builder.publish.offline import apply_offline
 
     commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve(),
                            args.verify_remote)

@@ -22,8 +22,18 @@ from builder.core.signing import SigningKey
 
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 # `ostree ls -R -C` lines: TYPE+MODE UID GID SIZE CHECKSUM [DIRMETA] PATH [-> TARGET]
-LS_RE = re.compile(r"^(?P<type>[-dl])(?P<mode>[0-7]+)\s+\d+\s+\d+\s+\d+\s+"
+LS_RE = re.compile(r"^(?P<type>[-dl])(?P<mode>[0-7]+)\s+\d+\s+\d+\s+(?P<size>\d+)\s+"
                    r"(?P<checksum>[0-9a-f]{64})(?:\s+(?P<meta>[0-9a-f]{64}))?\s+(?P<path>/.*)$")
+
+
+@dataclass(frozen=True)
+class TreeFile:
+    """A regular file of a commit: path, content object checksum, size and mode."""
+
+    path: str
+    checksum: str
+    size: int
+    mode: int
 
 
 @dataclass(frozen=True)
@@ -259,16 +269,30 @@ class Repo:
         dirmetas.discard("")
         return TreeObjects(frozenset(dirtrees), frozenset(dirmetas), frozenset(files))
 
+    def files(self, commit: str) -> list[TreeFile]:
+        """The commit's regular files (`ostree ls -R -C`), in tree order."""
+        found: list[TreeFile] = []
+        for line in self._run("ls", "-R", "-C", commit).splitlines():
+            match = LS_RE.match(line.strip())
+            if match and match.group("type") == "-":
+                found.append(TreeFile(match.group("path"), match.group("checksum"),
+                                      int(match.group("size")), int(match.group("mode"), 8)))
+        return found
+
     # --- static deltas ----------------------------------------------------------------
+    def delta_generate_argv(self, to_commit: str, from_commit: str | None,
+                            extra: Sequence[str] = ()) -> list[str]:
+        """`static-delta generate` into this repository (deltas/FR/OM-TO/superblock, 0, 1...)."""
+        return ["ostree", f"--repo={self.path}", "static-delta", "generate", f"--to={to_commit}",
+                f"--from={from_commit}" if from_commit else "--empty", *extra]
+
     def delta_generate(self, to_commit: str, from_commit: str | None, *,
-                       filename: Path | None = None, extra: Sequence[str] = ()) -> None:
-        args: list[str] = ["static-delta", "generate", f"--to={to_commit}"]
-        args.append(f"--from={from_commit}" if from_commit else "--empty")
-        if filename is not None:
-            # --inline: superblock and parts in one file; without it ostree 2022.7 drops the
-            # parts next to the file as 0, 1, ... which clobbers other deltas' parts.
-            args += ["--inline", f"--filename={filename}"]
-        self._run(*args, *extra)
+                       extra: Sequence[str] = ()) -> None:
+        self.runner.output(self.delta_generate_argv(to_commit, from_commit, extra))
+
+    def delta_delete(self, from_commit: str | None, to_commit: str) -> None:
+        self._run("static-delta", "delete", f"{from_commit}-{to_commit}" if from_commit
+                  else to_commit)
 
     def delta_list(self) -> list[str]:
         return [line.strip() for line in self._run("static-delta", "list").splitlines()

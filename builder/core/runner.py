@@ -10,6 +10,9 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +61,69 @@ class Runner:
             raise ToolError(args, proc.returncode, proc.stderr.decode(errors="replace"))
         return proc
 
+    def measured(self, argv: Sequence[str | os.PathLike[str]], *,
+                 check: bool = True) -> Measured:
+        """Run, and also return the wall time and the command's peak memory (its maximum
+        resident set size), so heavy tools can be reported and budgeted.
+
+        The command is started by a small Python launcher and measured with wait4 there:
+        Linux carries the peak of the memory image a process had before exec over into its
+        ru_maxrss, so a command forked straight from this (possibly large) process would
+        report at least this process's own peak."""
+        args = [os.fspath(a) for a in argv]
+        if shutil.which(args[0]) is None and not os.path.exists(args[0]):
+            raise MissingToolError(args[0])
+        log.debug("run (measured): %s", " ".join(args))
+        read_end, write_end = os.pipe()
+        try:
+            with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+                started = time.monotonic()
+                child = subprocess.Popen(
+                    [sys.executable, "-S", "-c", MEASURE_LAUNCHER, str(write_end), *args],
+                    stdout=out, stderr=err, stdin=subprocess.DEVNULL, pass_fds=(write_end,),
+                    env={**os.environ, **self.env})
+                os.close(write_end)
+                write_end = -1
+                returncode = child.wait()
+                seconds = time.monotonic() - started
+                peak_kib = os.read(read_end, 64).decode() or "0"
+                out.seek(0)
+                err.seek(0)
+                proc = subprocess.CompletedProcess(args, returncode, out.read(), err.read())
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+        if check and proc.returncode != 0:
+            raise ToolError(args, proc.returncode, proc.stderr.decode(errors="replace"))
+        return Measured(proc, seconds, int(peak_kib) * 1024)
+
     def output(self, argv: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:
         """Run and return stdout as text."""
         return self.run(argv, **kwargs).stdout.decode()  # type: ignore[arg-type]
+
+
+# argv: FD COMMAND...; runs COMMAND, writes its ru_maxrss (KiB) to FD, exits with its status.
+MEASURE_LAUNCHER = """import os, sys
+fd, argv = int(sys.argv[1]), sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(argv[0], argv)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+os.write(fd, str(usage.ru_maxrss).encode())
+code = os.waitstatus_to_exitcode(status)
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    proc: subprocess.CompletedProcess[bytes]
+    seconds: float
+    peak_rss: int  # bytes
 
 
 def require_tools(*tools: str) -> None:

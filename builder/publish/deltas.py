@@ -1,38 +1,59 @@
 """Static deltas for a ref, offline delta files for USB delivery, and what each update costs.
 
-For the head H of a ref this generates `ostree static-delta generate --from P --to H` for
-each of the previous N commits P (N = release.yaml ostree.deltas_from, default 3) and
-`--empty --to H` for devices installing from scratch, then regenerates the summary (which
-also rewrites the delta indexes clients look deltas up in).
+For the head H of a ref this makes a static delta to H from each of the previous N commits
+(N = release.yaml ostree.deltas_from, default 3) and from scratch (`--empty`), then
+regenerates the summary (which also rewrites the delta indexes clients look deltas up in).
+The report also says what each update from a previous commit changes
+(builder/publish/changes.py).
 
-The report compares, per update path, what a device downloads:
-  delta        superblock + parts + fallback objects (objects ostree sends whole);
-  object pull  the archive objects new in H and not in P (what a pull without deltas
-               fetches, one HTTP request each) plus the commit object and its signature;
-  full commit  every object of H (a fresh pull).
-and the time each takes at 5 and 10 Mbit/s (payload only: no TLS or HTTP overhead), and
-what each update from a previous commit changes (builder/publish/changes.py).
+- Each path is generated once, into the repository, with knobs chosen from its files and
+  the memory ceiling (builder/publish/plan.py); its offline file DIR/deltas/REF/FROM-TO.delta
+  is then written from that delta (builder/publish/offline.py), not generated again.
+- Paths run in parallel, up to the machine's cores and while their estimated peak memory
+  fits the ceiling (default: half the machine's memory), longest first.
+- DIR/deltas/REF/index.json lists the offline files (from, to, size, sha256);
+  report.json/report.txt say per path what a device downloads and how the delta was made.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import re
-from dataclasses import asdict, dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from builder.context import Context
 from builder.core.errors import BuildError
-from builder.core.ostree import Repo, TreeObjects, delta_dir, object_path, signed_by
+from builder.core.ostree import Repo, TreeFile, delta_dir
 from builder.core.progress import human_bytes
-from builder.core.runner import Runner
 from builder.core.signing import SigningKey, stop_agent
 from builder.core.steps import write_atomic
-from builder.publish.changes import CommitChanges, changes_to
+from builder.publish.changes import changes_to
+from builder.publish.encodings import delta_encodings
+from builder.publish.offline import (
+    INDEX,
+    SUFFIX,
+    OfflineDeltaError,
+    OfflineFile,
+    Superblock,
+    index_json,
+    offline_name,
+    write_offline_file,
+)
+from builder.publish.plan import PathPlan, default_ceiling, machine_cores, plan_path, schedule
+from builder.publish.report import (
+    DeltaReport,
+    LargeFile,
+    UpdatePath,
+    measure_update,
+    read_superblock,
+    report_dir,
+)
 
-LINK_SPEEDS_MBIT = (5, 10)
-OFFLINE_SUFFIX = ".delta"
+LARGE_FILE = 1024 * 1024  # new files from this size on are listed with their encoding
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -42,81 +63,8 @@ class DeltaOptions:
     from_count: int | None = None
     key: SigningKey | None = None
     offline: bool = True
-    # ostree static-delta generate knobs (MB); None keeps ostree's defaults (fallback for
-    # new objects over 4 MB, bsdiff for files up to 128 MB). Benchmarks vary these.
-    min_fallback_size_mb: int | None = None
-    max_bsdiff_size_mb: int | None = None
-
-    def generate_args(self) -> list[str]:
-        args = []
-        if self.min_fallback_size_mb is not None:
-            args.append(f"--min-fallback-size={self.min_fallback_size_mb}")
-        if self.max_bsdiff_size_mb is not None:
-            args.append(f"--max-bsdiff-size={self.max_bsdiff_size_mb}")
-        return args
-
-
-@dataclass(frozen=True)
-class UpdatePath:
-    from_commit: str | None  # None: from scratch
-    from_version: str | None
-    delta_bytes: int
-    delta_parts: int
-    fallback_objects: int
-    object_pull_bytes: int
-    object_pull_count: int
-    full_bytes: int
-    offline_file: str | None
-    seconds: dict[str, dict[str, float]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class DeltaReport:
-    ref: str
-    to_commit: str
-    to_version: str | None
-    repo: str
-    paths: tuple[UpdatePath, ...]
-    # What each update path from a previous commit changes (packages, images).
-    changes: tuple[CommitChanges, ...] = ()
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["changes"] = [change.to_dict() for change in self.changes]
-        return json.dumps(data, indent=2, sort_keys=True) + "\n"
-
-    def text(self) -> str:
-        lines = [f"Update paths to {self.ref} = {self.to_commit[:12]} "
-                 f"(version {self.to_version or '?'}) in {self.repo}",
-                 f"{'from':<28}{'delta':>12}{'object pull':>14}{'full commit':>14}"
-                 + "".join(f"{f'delta@{s}Mbit':>14}{f'pull@{s}Mbit':>13}"
-                           for s in LINK_SPEEDS_MBIT)]
-        for path in self.paths:
-            origin = (f"{path.from_version or '?'} ({path.from_commit[:12]})"
-                      if path.from_commit else "scratch (--empty)")
-            row = (f"{origin:<28}{human_bytes(path.delta_bytes):>12}"
-                   f"{human_bytes(path.object_pull_bytes):>14}{human_bytes(path.full_bytes):>14}")
-            for speed in LINK_SPEEDS_MBIT:
-                times = path.seconds[f"{speed}mbit"]
-                row += f"{_secs(times['delta']):>14}{_secs(times['object_pull']):>13}"
-            lines.append(row)
-        lines += [change.text() for change in self.changes]
-        return "\n".join(lines)
-
-
-def _secs(seconds: float) -> str:
-    return f"{seconds:.2f}s" if seconds < 10 else f"{seconds:.0f}s"
-
-
-def transfer_seconds(size: int, mbit: int) -> float:
-    return size * 8 / (mbit * 1_000_000)
-
-
-def report_dir(build_dir: Path, ref: str) -> Path:
-    """DIR/deltas/REF/: one ref's report and offline files, apart from other images' refs.
-
-    ostree ref components start with a letter, digit or '_', so a ref is a safe sub-path."""
-    return build_dir / "deltas" / ref
+    memory_limit: int | None = None  # bytes for all paths at once; None: half the memory
+    jobs: int | None = None          # paths at once; None: the machine's cores
 
 
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
@@ -142,22 +90,33 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
     head, previous = history[0], history[1:]
     out_dir = report_dir(ctx.build_dir, ref)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths: list[UpdatePath] = []
+    ceiling = options.memory_limit or default_ceiling()
+    jobs = max(1, options.jobs or machine_cores())
     with ctx.progress.step(f"static deltas to {ref} = {head[:12]} from "
                            f"{len(previous)} previous commits and from scratch"):
-        for source in [*previous, None]:
-            # -n: an existing delta between two fixed commits is still exact; keep it.
-            repo.delta_generate(head, source, extra=["-n", *options.generate_args()])
-            offline = (_offline_file(repo, out_dir, source, head, options.generate_args())
-                       if options.offline else None)
-            paths.append(measure_update(repo, source, head, offline))
+        started = time.monotonic()
+        new_files = repo.files(head)
+        plans = [plan_path(source, repo.files(source) if source else [], new_files, ceiling)
+                 for source in [*previous, None]]
+        ctx.progress.info(f"up to {jobs} paths at once, memory ceiling {human_bytes(ceiling)}")
+        for plan in plans:
+            if plan.memory_estimate > ceiling:
+                ctx.progress.info(f"{(plan.from_commit or 'empty')[:12]}: estimated peak "
+                                  f"{human_bytes(plan.memory_estimate)} is over the ceiling "
+                                  "even without bsdiff; it runs alone")
+        target = _Target(repo, head, new_files, out_dir if options.offline else None)
+        built = run_parallel(lambda plan: _build_path(ctx, target, plan), plans, jobs, ceiling)
+        paths = tuple(built[id(plan)] for plan in plans)
         try:
             repo.summary_update(options.key)
         finally:
             if options.key is not None:
                 stop_agent(ctx.runner, options.key.homedir)
-        _remove_stale_offline(out_dir, {p.offline_file for p in paths if p.offline_file})
-    report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), tuple(paths),
+        if options.offline:
+            _write_index(out_dir, ref, head, repo.metadata(head, "version"), paths)
+        wall = time.monotonic() - started
+    report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
+                         round(wall, 2), jobs, ceiling,
                          changes_to(repo, head, previous, ctx.progress.info))
     write_atomic(out_dir / "report.json", report.to_json())
     write_atomic(out_dir / "report.txt", report.text() + "\n")
@@ -165,120 +124,114 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
     return report
 
 
-def _offline_file(repo: Repo, out_dir: Path, source: str | None, head: str,
-                  extra: list[str]) -> str:
-    name = f"{source or 'empty'}-{head}{OFFLINE_SUFFIX}"
-    target = out_dir / name
-    if not target.is_file():
-        tmp = out_dir / f".{name}.tmp"
-        tmp.unlink(missing_ok=True)
-        repo.delta_generate(head, source, filename=tmp, extra=extra)
-        os.replace(tmp, target)
-    return name
+def run_parallel(work: Callable[[PathPlan], T], plans: Sequence[PathPlan], jobs: int,
+                 ceiling: int) -> dict[int, T]:
+    """work(plan) for every plan, longest first, at most `jobs` at once and, beyond the
+    first, only while the running plans' memory estimates fit the ceiling. Keyed by id(plan)."""
+    pending = schedule(plans)
+    running: dict[Future[T], PathPlan] = {}
+    results: dict[int, T] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        while pending or running:
+            while pending and len(running) < jobs:
+                used = sum(p.memory_estimate for p in running.values())
+                fit = next((p for p in pending if used + p.memory_estimate <= ceiling),
+                           None if running else pending[0])
+                if fit is None:
+                    break
+                pending.remove(fit)
+                running[pool.submit(work, fit)] = fit
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                plan = running.pop(future)
+                if future.exception() is not None:
+                    pending.clear()  # let the running paths finish, start no new ones
+                    for other in running:
+                        other.cancel()
+                    raise future.exception()  # type: ignore[misc]
+                results[id(plan)] = future.result()
+    return results
 
 
-def _remove_stale_offline(out_dir: Path, keep: set[str]) -> None:
-    """Offline files to an older head are superseded: a USB stick gets the current set."""
-    for path in out_dir.glob(f"*{OFFLINE_SUFFIX}"):
+@dataclass(frozen=True)
+class _Target:
+    """What every update path to one head shares."""
+
+    repo: Repo
+    head: str
+    new_files: Sequence[TreeFile]
+    out_dir: Path | None  # None: no offline files
+
+
+def _build_path(ctx: Context, target: _Target, plan: PathPlan) -> UpdatePath:
+    """One update path: generate it (unless an exact one exists), write its offline file,
+    read how its files are encoded, measure it."""
+    started = time.monotonic()
+    repo, head, out_dir = target.repo, target.head, target.out_dir
+    source = plan.from_commit
+    directory = delta_dir(repo.path, source, head)
+    label = f"{(source or 'empty')[:12]} -> {head[:12]}"
+    if (directory / "superblock").is_file() and read_superblock(repo, source, head).fallbacks:
+        # An older delta with fallback entries (made before this code): never keep one.
+        repo.delta_delete(source, head)
+    generated = not (directory / "superblock").is_file()
+    seconds = peak = None
+    if generated:
+        ctx.progress.info(f"{label}: generating ({' '.join(plan.generate_args())}; estimated "
+                          f"peak {human_bytes(plan.memory_estimate)})")
+        measured = ctx.runner.measured(repo.delta_generate_argv(head, source,
+                                                                plan.generate_args()))
+        seconds, peak = round(measured.seconds, 2), measured.peak_rss
+    superblock = read_superblock(repo, source, head)
+    if superblock.fallbacks:
+        raise BuildError(f"delta {label} has {len(superblock.fallbacks)} fallback objects "
+                         "although it was generated with --min-fallback-size=0")
+    from_version = repo.metadata(source, "version") if source else None
+    offline: OfflineFile | None = None
+    if out_dir is not None:
+        offline = write_offline_file(directory, out_dir / offline_name(source, head),
+                                     from_version)
+    large = _large_files(directory, superblock, plan, target.new_files) if source else ()
+    measured_path = measure_update(repo, source, head, offline.file if offline else None)
+    result = replace(measured_path, offline_bytes=offline.bytes if offline else None,
+                     offline_sha256=offline.sha256 if offline else None, generated=generated,
+                     generation_seconds=seconds, peak_memory_bytes=peak, knobs=plan.to_json(),
+                     large_files=large, path_seconds=round(time.monotonic() - started, 2))
+    ctx.progress.info(
+        f"{label}: {human_bytes(result.delta_bytes)} in {result.delta_parts} parts, "
+        f"{result.fallback_objects} fallback objects"
+        + (f", generated in {seconds:.1f}s, peak {human_bytes(peak or 0)}" if generated
+           else ", kept the existing delta"), path=label, bytes=result.delta_bytes)
+    return result
+
+
+def _large_files(directory: Path, superblock: Superblock, plan: PathPlan,
+                 new_files: Sequence[TreeFile]) -> tuple[LargeFile, ...]:
+    encodings = delta_encodings(directory, superblock)
+    pairs = {p.new.checksum: p.old for p in plan.pairs}
+    listed: dict[str, LargeFile] = {}
+    for new in new_files:
+        if new.size < LARGE_FILE or new.checksum not in encodings or new.checksum in listed:
+            continue
+        old = pairs.get(new.checksum)
+        listed[new.checksum] = LargeFile(new.path, new.size, old.path if old else None,
+                                         old.size if old else None,
+                                         encodings[new.checksum].kind)
+    return tuple(sorted(listed.values(), key=lambda f: (-f.bytes, f.path)))
+
+
+def _write_index(out_dir: Path, ref: str, head: str, version: str | None,
+                 paths: Sequence[UpdatePath]) -> None:
+    files = [OfflineFile(p.offline_file, p.from_commit, p.from_version, head, version,
+                         p.offline_bytes or 0, p.offline_sha256 or "", p.delta_parts)
+             for p in paths if p.offline_file]
+    write_atomic(out_dir / INDEX, index_json(ref, head, version, files))
+    # Offline files to an older head are superseded: a USB stick gets the current set.
+    keep = {f.file for f in files}
+    for path in out_dir.glob(f"*{SUFFIX}"):
         if path.name not in keep:
             path.unlink()
 
 
-def delta_sizes(repo: Repo, source: str | None, head: str) -> tuple[int, int, int]:
-    """(bytes on the wire, number of parts, number of fallback objects) of a repo delta."""
-    directory = delta_dir(repo.path, source, head)
-    if not (directory / "superblock").is_file():
-        raise BuildError(f"delta {source or 'empty'} -> {head} is not in {repo.path}")
-    files = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
-    parts = sum(1 for p in directory.iterdir() if p.name.isdigit())
-    name = f"{source}-{head}" if source else head
-    shown = repo.runner.output(["ostree", f"--repo={repo.path}", "static-delta", "show", name])
-    fallback_bytes = _show_int(shown, "Total Fallback Size")
-    fallback_count = _show_int(shown, "Number of fallback entries")
-    return files + fallback_bytes, parts, fallback_count
-
-
-def _show_int(text: str, label: str) -> int:
-    match = re.search(rf"^{re.escape(label)}:\s*(\d+)", text, re.M)
-    return int(match.group(1)) if match else 0
-
-
-def commit_bytes(repo: Repo, commit: str) -> int:
-    """The commit object and its detached metadata (signatures), as fetched by a pull."""
-    return sum(path.stat().st_size for kind in ("commit", "commitmeta")
-               if (path := object_path(repo.path, commit, kind)).is_file())
-
-
-def objects_bytes(repo: Repo, objects: TreeObjects) -> tuple[int, int]:
-    sizes = [path.stat().st_size for path in objects.paths(repo.path) if path.is_file()]
-    return sum(sizes), len(sizes)
-
-
-def measure_update(repo: Repo, source: str | None, head: str,
-                   offline_file: str | None = None) -> UpdatePath:
-    """Sizes of one update path; usable on any archive repo (benchmarks call this)."""
-    delta, parts, fallback = delta_sizes(repo, source, head)
-    new_objects = repo.tree_objects(head)
-    full, full_count = objects_bytes(repo, new_objects)
-    full += commit_bytes(repo, head)
-    if source is None:
-        pull, pull_count = full, full_count + 1
-    else:
-        pull, pull_count = objects_bytes(repo, new_objects - repo.tree_objects(source))
-        pull += commit_bytes(repo, head)
-        pull_count += 1
-    seconds = {f"{s}mbit": {"delta": round(transfer_seconds(delta, s), 3),
-                            "object_pull": round(transfer_seconds(pull, s), 3),
-                            "full": round(transfer_seconds(full, s), 3)}
-               for s in LINK_SPEEDS_MBIT}
-    return UpdatePath(source, repo.metadata(source, "version") if source else None, delta,
-                      parts, fallback, pull, pull_count, full, offline_file, seconds)
-
-
-def apply_offline(runner: Runner, repo_path: Path, delta_file: Path,
-                  verify_remote: str | None = None) -> str:
-    """Apply a `deltas` offline file to a device repo; returns the commit it delivered.
-
-    With `verify_remote`, the delivered commit's GPG signature (which the delta carries) must
-    verify with that remote's keys, as a pull with gpg-verify=true would require: a USB stick
-    is no more trusted than the network."""
-    if not delta_file.is_file():
-        raise BuildError(f"{delta_file} does not exist")
-    match = re.fullmatch(rf"(?:[0-9a-f]{{64}}|empty)-([0-9a-f]{{64}}){re.escape(OFFLINE_SUFFIX)}",
-                         delta_file.name)
-    if match is None:
-        raise BuildError(f"{delta_file.name}: not an offline delta written by `deltas` "
-                         f"(FROM-TO{OFFLINE_SUFFIX})")
-    repo = Repo(repo_path, runner)
-    if not repo.exists():
-        raise BuildError(f"{repo_path} is not an ostree repository")
-    repo.delta_apply_offline(delta_file)
-    commit = match.group(1)
-    if not repo.has_commit(commit):
-        raise BuildError(f"after applying {delta_file.name}, {repo_path} lacks commit {commit}")
-    if verify_remote is not None:
-        keys = _remote_keys(runner, repo_path, verify_remote)
-        # `ostree show --gpg-verify-remote` only prints its verdict; a pull of the commit's
-        # metadata with gpg-verify=true fails on a bad signature, as a device's pull would.
-        if not signed_by(runner, repo_path, commit, keys):
-            raise BuildError(
-                f"{delta_file.name}: commit {commit[:12]} does not verify with the keys of "
-                f"remote {verify_remote!r}",
-                hint="do not deploy it; its objects stay unreferenced and `ostree prune` "
-                     "removes them")
-    return commit
-
-
-def _remote_keys(runner: Runner, repo_path: Path, remote: str) -> Path:
-    """The keyring a remote verifies with: its gpgkeypath, or what --gpg-import stored."""
-    configured = runner.run(["ostree", f"--repo={repo_path}", "config", "get",
-                             f"--group=remote \"{remote}\"", "gpgkeypath"], check=False)
-    path = configured.stdout.decode().strip()
-    if configured.returncode == 0 and path:
-        return Path(path)
-    imported = repo_path / f"{remote}.trustedkeys.gpg"
-    if imported.is_file():
-        return imported
-    raise BuildError(f"remote {remote!r} of {repo_path} has no GPG keys to verify with",
-                     hint="add the remote with --gpg-import=KEY.asc")
-
+__all__ = ["DeltaOptions", "DeltaReport", "OfflineDeltaError", "UpdatePath", "generate_deltas",
+           "report_dir", "run_parallel"]

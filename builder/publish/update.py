@@ -15,7 +15,7 @@ from builder.core.errors import BuildError
 from builder.core.ostree import Repo, delta_dir
 from builder.core.progress import human_bytes
 from builder.publish.changes import CommitChanges, commit_changes
-from builder.publish.deltas import (
+from builder.publish.report import (
     LINK_SPEEDS_MBIT,
     UpdatePath,
     commit_bytes,

@@ -43,15 +43,22 @@ def _text(what: str) -> str:
     return f"SAMPLE stand-in for {what}; built by microshift-edge-builder, not the real package.\n"
 
 
-# Symbol versions of RHEL 9's glibc 2.34 and libgcc, so that a real (dynamically linked)
-# microshift binary's automatic Requires resolve against the SAMPLE base too.
+# Sonames and symbol versions of RHEL 9's core libraries (glibc 2.34, libgcc and libstdc++ of
+# GCC 11, zlib 1.2.11), so that the automatic Requires of a real dynamically linked payload (a
+# cgo or C++-linked binary: libstdc++.so.6(GLIBCXX_3.4.9), libresolv.so.2, ...) resolve
+# against the SAMPLE base too.
 GLIBC_VERSIONS = ("2.2.5", "2.2.6", "2.3", "2.3.2", "2.3.3", "2.3.4", "2.4", "2.5", "2.6",
                   "2.7", "2.8", "2.9", "2.10", "2.11", "2.12", "2.13", "2.14", "2.15", "2.16",
                   "2.17", "2.18", "2.22", "2.23", "2.24", "2.25", "2.26", "2.27", "2.28",
                   "2.29", "2.30", "2.32", "2.33", "2.34")
 GLIBC_LIBS = ("libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0", "librt.so.1",
-              "libresolv.so.2", "libutil.so.1")
-GCC_VERSIONS = ("3.0", "3.3", "3.3.1", "3.4", "3.4.2", "4.0.0", "4.2.0", "4.3.0", "7.0.0")
+              "libresolv.so.2", "libutil.so.1", "libanl.so.1", "ld-linux-x86-64.so.2")
+GCC_VERSIONS = ("3.0", "3.3", "3.3.1", "3.4", "3.4.2", "4.0.0", "4.2.0", "4.3.0", "4.4.0",
+                "4.7.0", "4.8.0", "7.0.0")
+GLIBCXX_VERSIONS = ("3.4", *(f"3.4.{n}" for n in range(1, 30)))
+CXXABI_VERSIONS = ("1.3", *(f"1.3.{n}" for n in range(1, 14)))
+ZLIB_VERSIONS = ("1.2.0", "1.2.0.2", "1.2.0.8", "1.2.2", "1.2.2.3", "1.2.2.4", "1.2.3.3",
+                 "1.2.3.4", "1.2.3.5", "1.2.5.1", "1.2.5.2", "1.2.7.1", "1.2.9")
 
 
 def _soname_provides(libs: tuple[str, ...], prefix: str,
@@ -83,6 +90,13 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
                 files={"/usr/share/doc/glibc-sample/README": _text("glibc")}),
         StandIn("libgcc", provides=_soname_provides(("libgcc_s.so.1",), "GCC", GCC_VERSIONS),
                 files={"/usr/share/doc/libgcc-sample/README": _text("libgcc")}),
+        StandIn("libstdc++", provides=(
+            *_soname_provides(("libstdc++.so.6",), "GLIBCXX", GLIBCXX_VERSIONS),
+            *(f"libstdc++.so.6(CXXABI_{v})(64bit)" for v in CXXABI_VERSIONS),
+            "libstdc++.so.6(CXXABI_TM_1)(64bit)"),
+                files={"/usr/share/doc/libstdc++-sample/README": _text("libstdc++")}),
+        StandIn("zlib", provides=_soname_provides(("libz.so.1",), "ZLIB", ZLIB_VERSIONS),
+                files={"/usr/share/doc/zlib-sample/README": _text("zlib")}),
         StandIn("filesystem", dirs=("/etc", "/usr/bin", "/usr/lib", "/usr/share", "/var")),
         StandIn("bash", provides=("/bin/sh", "/bin/bash", "/usr/bin/sh"),
                 files={"/usr/bin/bash": _text("bash")}),

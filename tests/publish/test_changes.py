@@ -27,7 +27,7 @@ from builder.publish.contents import (
     read_contents,
     split_reference,
 )
-from builder.publish.deltas import report_dir
+from builder.publish.report import report_dir
 from builder.release.model import load_release
 from tests.support.ostree import CHANGED_IMAGE, ComposedPair, cli
 

@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 
 from builder.core.ostree import delta_dir
-from builder.publish.deltas import DeltaReport, UpdatePath, report_dir, transfer_seconds
+from builder.publish.report import DeltaReport, UpdatePath, report_dir, transfer_seconds
 from tests.support.ostree import ComposedPair, cli, copy_build, device_repo, head, ostree, serve
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -137,3 +137,64 @@ def test_deltas_rerun_is_idempotent_and_from_count_limits_paths(
     assert [p["from_commit"] for p in report["paths"]] == [None]
     assert sorted(p.name for p in report_dir(build, composed_pair.ref).glob("*.delta")) == [
         f"empty-{composed_pair.commit2}.delta"]
+
+
+@integration
+def test_report_says_how_each_path_was_made(composed_pair: ComposedPair) -> None:
+    report = json.loads((report_dir(composed_pair.build_dir, composed_pair.ref)
+                         / "report.json").read_text())
+    assert report["jobs"] >= 1 and report["memory_ceiling_bytes"] > 0
+    assert report["wall_seconds"] > 0
+    for path in report["paths"]:
+        assert path["fallback_objects"] == 0
+        assert path["knobs"]["min_fallback_size_mb"] == 0
+        assert path["knobs"]["max_chunk_size_mb"] == 32
+        assert path["generated"] and path["generation_seconds"] > 0
+        assert path["peak_memory_bytes"] > 1024 * 1024  # ostree's own resident set at least
+        assert path["offline_bytes"] > path["delta_bytes"] * 0.9
+    text = (report_dir(composed_pair.build_dir, composed_pair.ref) / "report.txt").read_text()
+    assert "peak memory" in text and "max_bsdiff_size_mb=" in text
+
+
+@integration
+def test_index_lists_every_offline_file_with_its_size_and_sha256(
+        composed_pair: ComposedPair) -> None:
+    import hashlib
+
+    directory = report_dir(composed_pair.build_dir, composed_pair.ref)
+    index = json.loads((directory / "index.json").read_text())
+    assert index["ref"] == composed_pair.ref and index["to_commit"] == composed_pair.commit2
+    assert sorted(e["file"] for e in index["files"]) == sorted(
+        p.name for p in directory.glob("*.delta"))
+    for entry in index["files"]:
+        data = (directory / entry["file"]).read_bytes()
+        assert entry["bytes"] == len(data)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest()
+        assert entry["to_version"] == "4.14.3-1"
+    update = next(e for e in index["files"] if e["from_commit"])
+    assert (update["from_commit"], update["from_version"]) == (composed_pair.commit1,
+                                                               "4.14.2-1")
+
+
+@integration
+def test_scratch_offline_file_applies_on_an_empty_repo(composed_pair: ComposedPair,
+                                                       tmp_path: Path) -> None:
+    pair = composed_pair
+    delta_file = report_dir(pair.build_dir, pair.ref) / f"empty-{pair.commit2}.delta"
+    device = tmp_path / "device"
+    ostree(f"--repo={device}", "init", "--mode=bare")
+    assert cli("apply-delta", "--repo", device, delta_file) == 0
+    ostree(f"--repo={device}", "fsck")
+
+
+@pytest.mark.parametrize(("option", "value", "problem"), [
+    ("--jobs", "0", "--jobs: must be 1 or more"),
+    ("--memory-limit", "lots", "--memory-limit: 'lots' is not a size"),
+])
+def test_bad_parallelism_options_are_input_errors(tmp_path: Path, option: str, value: str,
+                                                  problem: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "ostree" / "repo").mkdir(parents=True)
+    (tmp_path / "ostree" / "repo" / "config").write_text("[core]\nmode=archive\n")
+    assert cli("deltas", "--build-dir", tmp_path, option, value) == 2
+    assert problem in capsys.readouterr().err

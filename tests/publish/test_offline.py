@@ -1,0 +1,147 @@
+"""Offline delta files: written from the repository's delta as ostree's own --inline file,
+checked before anything touches a device, applied with ostree (issue 11)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from builder.core.runner import Runner
+from builder.publish.offline import (
+    OfflineDeltaError,
+    apply_offline,
+    check_offline_file,
+    index_json,
+    offline_name,
+    write_offline_file,
+)
+from tests.support.deltas import TinyDelta, make_tiny_delta, ostree
+
+NO_FALLBACK = ("--min-fallback-size=0",)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyDelta:
+    return make_tiny_delta(tmp_path_factory.mktemp("tiny"), *NO_FALLBACK)
+
+
+def device_with(tmp_path: Path, tiny: TinyDelta, commit: str | None) -> Path:
+    device = tmp_path / "device"
+    ostree(device, "init", "--mode=bare")
+    if commit:
+        ostree(device, "pull-local", str(tiny.repo), commit)
+    return device
+
+
+def test_file_is_byte_for_byte_what_ostree_inline_writes(tiny: TinyDelta,
+                                                         tmp_path: Path) -> None:
+    ours = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    theirs = tmp_path / "ostree-inline.delta"
+    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
+           *NO_FALLBACK, "--inline", f"--filename={theirs}")
+    mine, reference = (tmp_path / ours.file).read_bytes(), theirs.read_bytes()
+    assert len(mine) == len(reference)
+    # Only the superblock's generation timestamp (8 bytes, big-endian) may differ.
+    differing = [i for i, (a, b) in enumerate(zip(mine, reference, strict=True)) if a != b]
+    assert not differing or differing[-1] - differing[0] < 8
+    assert ours.sha256 == hashlib.sha256(mine).hexdigest() and ours.bytes == len(mine)
+    assert (ours.from_commit, ours.to_commit, ours.to_version) == (tiny.old, tiny.new, "2")
+
+
+def test_file_applies_with_ostree_on_a_device_holding_the_old_commit(
+        tiny: TinyDelta, tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    device = device_with(tmp_path, tiny, tiny.old)
+    assert apply_offline(Runner(), device, tmp_path / written.file) == tiny.new
+    ostree(device, "fsck")
+    assert ostree(device, "cat", tiny.new, "/usr/etc/motd") == "release 2\n"
+
+
+def test_a_file_with_fallback_entries_is_refused_and_the_device_untouched(
+        tmp_path: Path) -> None:
+    tiny = make_tiny_delta(tmp_path / "fallback", "--min-fallback-size=1")
+    file = tmp_path / offline_name(tiny.old, tiny.new)
+    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
+           "--min-fallback-size=1", "--inline", f"--filename={file}")
+    device = device_with(tmp_path, tiny, tiny.old)
+    with pytest.raises(OfflineDeltaError, match=r"cannot be applied offline: it leaves 1 "
+                                                r"objects .* over HTTP"):
+        apply_offline(Runner(), device, file)
+    assert not (device / "objects" / tiny.new[:2] / f"{tiny.new[2:]}.commit").exists()
+    with pytest.raises(OfflineDeltaError, match="fallback entries"):
+        write_offline_file(tiny.delta, tmp_path / "out.delta", None)
+
+
+def test_a_damaged_part_is_named(tiny: TinyDelta, tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    file = tmp_path / written.file
+    data = bytearray(file.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # inside the large part
+    file.write_bytes(bytes(data))
+    with pytest.raises(OfflineDeltaError, match=r"part \d is damaged"):
+        check_offline_file(file)
+
+
+@pytest.mark.parametrize(("mangle", "problem"), [
+    (lambda data: data[:100], "not an ostree static delta"),
+    (lambda data: b"", "not an ostree static delta"),
+    (lambda data: b"hello, this is a text file\n" * 40, "not an ostree static delta"),
+])
+def test_a_file_that_is_no_delta_is_named(tiny: TinyDelta, tmp_path: Path, mangle: object,
+                                          problem: str) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    file = tmp_path / written.file
+    file.write_bytes(mangle(file.read_bytes()))  # type: ignore[operator]
+    with pytest.raises(OfflineDeltaError, match=problem):
+        check_offline_file(file)
+
+
+def test_a_repository_superblock_is_not_an_offline_file(tiny: TinyDelta,
+                                                        tmp_path: Path) -> None:
+    copy = tmp_path / offline_name(tiny.old, tiny.new)
+    copy.write_bytes((tiny.delta / "superblock").read_bytes())
+    with pytest.raises(OfflineDeltaError, match=r"part 0 of \d+ is not inside the file"):
+        check_offline_file(copy)
+
+
+def test_a_renamed_file_is_caught(tiny: TinyDelta, tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    renamed = tmp_path / offline_name(None, tiny.new)
+    (tmp_path / written.file).rename(renamed)
+    with pytest.raises(OfflineDeltaError, match="the name says empty"):
+        check_offline_file(renamed)
+
+
+def test_the_device_must_hold_the_source_commit(tiny: TinyDelta, tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    device = device_with(tmp_path, tiny, None)
+    with pytest.raises(OfflineDeltaError, match=f"commit {tiny.old}, the delta's source, is "
+                                                "not in repository"):
+        apply_offline(Runner(), device, tmp_path / written.file)
+
+
+def test_index_lists_each_file_with_its_size_and_sha256(tiny: TinyDelta,
+                                                       tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    index = json.loads(index_json("test", tiny.new, "2", [written]))
+    assert index["format"] == "microshift-edge-builder/offline-deltas/v1"
+    [entry] = index["files"]
+    assert entry == {"file": written.file, "from_commit": tiny.old, "from_version": "1",
+                     "to_commit": tiny.new, "to_version": "2", "bytes": written.bytes,
+                     "sha256": written.sha256, "parts": written.parts}
+
+
+def test_cli_says_what_is_wrong_with_a_file(tiny: TinyDelta, tmp_path: Path) -> None:
+    bad = tmp_path / offline_name(tiny.old, tiny.new)
+    bad.write_bytes(b"\0" * 64)
+    device = device_with(tmp_path, tiny, tiny.old)
+    proc = subprocess.run(["python", "-m", "builder", "apply-delta", "--repo", str(device),
+                           str(bad)], capture_output=True, text=True, check=False,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 1
+    assert f"{bad.name}: not an ostree static delta" in proc.stderr
+    assert "Traceback" not in proc.stderr
