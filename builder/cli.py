@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         # Failed or not, no gpg-agent this run started outlives it.
         homes = [home for home in (getattr(args, "gpg_homedir", None),) if home is not None]
-        stop_gpg_agents(ctx.runner, ctx.build_dir, homes, started)
+        stop_gpg_agents(ctx.runner, ctx.build_dir if hasattr(args, "build_dir") else None,
+                        homes, started)
 
 
 @contextlib.contextmanager

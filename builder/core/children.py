@@ -66,19 +66,21 @@ def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == root or root in path.parents for root in roots)
 
 
-def stop_gpg_agents(runner: Runner, build_dir: Path, given_homes: Iterable[Path],
+def stop_gpg_agents(runner: Runner, build_dir: Path | None, given_homes: Iterable[Path],
                     run_started: float) -> list[Agent]:
     """Stop the agents this run left (see the module docstring); returns them.
 
-    A GnuPG home the user gave (--gpg-homedir) may be their own, with an agent they were
-    using before the run: only an agent started during the run is stopped there.
+    The build directory's GnuPG homes are its direct children (DIR/gpg, DIR/.gpg-*): a build
+    directory nested inside it (a benchmark's, under build/bench/) is another run's. A GnuPG
+    home the user gave (--gpg-homedir) may be their own, with an agent they were using
+    before the run: only an agent started during the run is stopped there.
     """
-    build = Path(os.path.abspath(build_dir))
+    build = Path(os.path.abspath(build_dir)) if build_dir is not None else None
     homes = [Path(os.path.abspath(home)) for home in given_homes]
     stopped = []
     for agent in gpg_agents():
         during_run = agent.started >= run_started - 1  # start times have 1/100 s ticks
-        ours = _inside(agent.homedir, [build]) or (during_run and (
+        ours = agent.homedir.parent == build or (during_run and (
             _inside(agent.homedir, homes) or not agent.homedir.exists()))
         if not ours:
             continue

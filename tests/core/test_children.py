@@ -33,13 +33,17 @@ def test_agents_of_the_build_dir_and_of_the_run_are_stopped(tmp_path: Path) -> N
     started = time.time()
     build = tmp_path / "build"
     start_agent(build / "gpg")
+    nested = build / "n" / "gpg"  # a build directory inside it: another run's
+    start_agent(nested)
     start_agent(user_home.with_name("release-key"))
     stopped = stop_gpg_agents(Runner(), build, [user_home, user_home.with_name("release-key")],
                               started)
     assert {a.homedir for a in stopped} == {build / "gpg", user_home.with_name("release-key")}
-    assert agents_in(build) == [] and agents_in(user_home.with_name("release-key")) == []
+    assert agents_in(build / "gpg") == [] and agents_in(user_home.with_name("release-key")) == []
     assert agents_in(user_home)  # not ours to stop
-    subprocess.run(["gpgconf", "--homedir", str(user_home), "--kill", "gpg-agent"], check=False)
+    assert agents_in(nested)
+    for home in (user_home, nested):
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 def test_a_failed_run_leaves_no_agent(tmp_path: Path) -> None:
