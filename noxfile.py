@@ -1,4 +1,4 @@
-"""Sessions: build-image (the main job), tests, realscale, lint, bench.
+"""Sessions: build-image (the main job), tests, realscale, fuzz, lint, bench.
 
 Every session installs the host tools it needs through ci/install-host-tools.sh (fast when
 they are present) and the project into its own virtualenv.
@@ -49,6 +49,18 @@ def realscale(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests/realscale", "-q", "-rs",
                 env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_REALSCALE": "1",
                      "MSEB_REALSCALE_RELEASES": releases})
+
+
+@nox.session(python=PYTHON)
+def fuzz(session: nox.Session) -> None:
+    """The property-based tests (issue 15) with the long hypothesis profile: at least 10,000
+    examples per input (`-- N` sets another count; CI runs a bounded one)."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    examples = session.posargs[0] if session.posargs else "10000"
+    session.run("python", "-m", "pytest", "-m", "fuzz", "-q", 
+                "--hypothesis-profile", "fuzz", "--hypothesis-show-statistics",
+                env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_FUZZ_EXAMPLES": examples})
 
 
 @nox.session(python=PYTHON)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.hypothesis_profiles  # noqa: F401  (registers and loads the profiles)
 from tests.support.cli import build_release
 from tests.support.ostree import ComposedPair, compose_pair
 
