@@ -1,8 +1,9 @@
 """Hypothesis profiles: `ci` (the default, bounded so `nox -s tests` stays in its time budget)
 and `fuzz` (`nox -s fuzz`: MSEB_FUZZ_EXAMPLES examples per property, 10,000 by default).
 
-The database lives under build/ (git-ignored) so a failing example is replayed next run and
-nothing is written into the source tree."""
+`ci` is derandomized (the same examples every run, so CI is repeatable) and keeps no database;
+`fuzz` keeps its database under build/ (git-ignored) so a failing example is replayed first on
+the next run, and nothing is written into the source tree."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ _SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
             HealthCheck.data_too_large]
 
 settings.register_profile("ci", max_examples=int(os.environ.get("MSEB_CI_EXAMPLES", "60")),
-                          deadline=None, database=_DB, suppress_health_check=_SLOW_OK,
+                          deadline=None, database=None, suppress_health_check=_SLOW_OK,
                           derandomize=True)
 settings.register_profile("fuzz", max_examples=int(os.environ.get("MSEB_FUZZ_EXAMPLES", "10000")),
                           deadline=None, database=_DB, suppress_health_check=_SLOW_OK)
