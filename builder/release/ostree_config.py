@@ -6,19 +6,20 @@
       deltas_from: 3                 # static deltas from this many previous commits
 
 Without the section a release composes onto the SAMPLE base commit built from the sample
-base repository, which is what the offline demo and the tests use.
+base repository, which is what the offline demo and the tests use. The section's shape is
+`builder.release.document.Ostree`; this module checks what a schema cannot (the files exist).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from builder.core.schema import Fields
+from builder.core.errors import InputError
+from builder.core.models import validate
+from builder.release import document
 
-# osbuild/images pkg/ostree verifyRef: slash-separated words; `{arch}`/`{image}` allowed.
-REF_TEMPLATE_RE = re.compile(r"^(?:[\w{}][-._\w{}]*/)*[\w{}][-._\w{}]*$")
 DEFAULT_REF = "rhel/9/{arch}/edge"
 PLACEHOLDERS = ("{arch}", "{image}")
 
@@ -50,42 +51,35 @@ class OstreeSettings:
             "{name}", image)
 
 
-def parse_ostree(fields: Fields | None, root: Path) -> OstreeSettings:
-    if fields is None:
+def parse_ostree(data: Any, root: Path, file: str = "release.yaml") -> OstreeSettings:
+    """The `ostree:` mapping of `file` (already parsed YAML, or None for no section)."""
+    if data is None:
         return OstreeSettings()
-    ref = fields.get("ref", str)
-    if ref is not None:
-        fields.check("ref", ref, REF_TEMPLATE_RE.match,
-                     "slash-separated words, optionally with {arch} and {image}, "
-                     "e.g. rhel/9/{arch}/edge")
-    deltas_from = fields.get("deltas_from", int, 3)
-    fields.check("deltas_from", deltas_from, lambda n: 0 <= n <= 50, "an integer from 0 to 50")
-    base_fields = fields.child("base")
-    base = _base(base_fields, root) if base_fields else OstreeBase("sample")
-    fields.close()
-    return OstreeSettings(ref=ref, base=base, deltas_from=deltas_from)
+    return settings_from(validate(document.Ostree, data, file, "ostree"), root, file)
 
 
-def _base(fields: Fields, root: Path) -> OstreeBase:
-    if fields.get("sample", bool, False):
-        fields.close()
+def settings_from(doc: document.Ostree | None, root: Path, file: str) -> OstreeSettings:
+    if doc is None:
+        return OstreeSettings()
+    base = _base(doc.base, root, file) if doc.base else OstreeBase("sample")
+    return OstreeSettings(ref=doc.ref, base=base, deltas_from=doc.deltas_from)
+
+
+def _base(doc: document.OstreeBase, root: Path, file: str) -> OstreeBase:
+    if doc.sample:
         return OstreeBase("sample")
-    repo = fields.get("repo", str)
-    if repo is None:
-        raise fields.error("repo", "give `sample: true` or `repo: PATH_OR_URL` with `ref: REF`")
-    ref = fields.get("ref", str, required=True)
-    fields.check("ref", ref, REF_TEMPLATE_RE.match, "an ostree ref such as rhel/9/x86_64/edge")
-    gpg_key = fields.get("gpg_key", str)
-    if gpg_key is not None:
-        key_path = (root / gpg_key).resolve()
+    assert doc.repo is not None and doc.ref is not None  # the model's rule
+    gpg_key = None
+    if doc.gpg_key is not None:
+        key_path = (root / doc.gpg_key).resolve()
         if not key_path.is_file():
-            raise fields.error("gpg_key", f"{key_path} does not exist")
+            raise InputError(file, "ostree.base.gpg_key", f"{key_path} does not exist")
         gpg_key = str(key_path)
-    fields.close()
-    if repo.startswith(("http://", "https://")):
-        return OstreeBase("url", repo, ref, gpg_key)
-    location = (root / repo).resolve()
+    if doc.repo.startswith(("http://", "https://")):
+        return OstreeBase("url", doc.repo, doc.ref, gpg_key)
+    location = (root / doc.repo).resolve()
     if not (location / "config").is_file():
-        raise fields.error("repo", f"{location} is not an ostree repository (no config file)",
-                           hint="give the repository directory, or an http(s):// URL")
-    return OstreeBase("path", str(location), ref, gpg_key)
+        raise InputError(file, "ostree.base.repo",
+                         f"{location} is not an ostree repository (no config file)",
+                         hint="give the repository directory, or an http(s):// URL")
+    return OstreeBase("path", str(location), doc.ref, gpg_key)

@@ -16,7 +16,6 @@ from builder.compose.inputs import FileSpec, FirewallZone, load_compose_inputs
 from builder.compose.rootfs import tree_path, var_to_tmpfiles
 from builder.compose.units import apply_presets, disable, enable
 from builder.core.errors import BuildError, InputError
-from builder.core.schema import Fields
 from builder.release.ostree_config import parse_ostree
 from tests.support.cli import RELEASE
 
@@ -215,21 +214,17 @@ def test_missing_blueprint_says_which_command_makes_it(tmp_path: Path) -> None:
 
 def test_ostree_section_errors_name_the_field(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"ostree\.base\.repo: .* is not an ostree repository"):
-        parse_ostree(Fields("release.yaml", "ostree",
-                            {"base": {"repo": str(tmp_path), "ref": "rhel/9/x86_64/edge"}}),
-                     tmp_path)
+        parse_ostree({"base": {"repo": str(tmp_path), "ref": "rhel/9/x86_64/edge"}}, tmp_path)
     with pytest.raises(InputError, match=r"ostree\.deltas_from"):
-        parse_ostree(Fields("release.yaml", "ostree", {"deltas_from": -1}), tmp_path)
-    settings = parse_ostree(Fields("release.yaml", "ostree",
-                                   {"base": {"repo": "https://example.invalid/repo",
-                                             "ref": "rhel/9/x86_64/edge"}}), tmp_path)
+        parse_ostree({"deltas_from": -1}, tmp_path)
+    settings = parse_ostree({"base": {"repo": "https://example.invalid/repo",
+                                      "ref": "rhel/9/x86_64/edge"}}, tmp_path)
     assert settings.base.kind == "url"
 
 
 def test_ref_comes_from_release_then_profile_then_default() -> None:
-    fields = Fields("release.yaml", "ostree", {"ref": "fleet/{arch}/{image}"})
-    assert parse_ostree(fields, Path()).ref_for("aarch64", "img", "p/{arch}") == \
-        "fleet/aarch64/img"
+    settings = parse_ostree({"ref": "fleet/{arch}/{image}"}, Path())
+    assert settings.ref_for("aarch64", "img", "p/{arch}") == "fleet/aarch64/img"
     default = parse_ostree(None, Path())
     assert default.ref_for("x86_64", "img", "microshift/{arch}/{name}") == \
         "microshift/x86_64/img"

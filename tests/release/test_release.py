@@ -43,7 +43,7 @@ def test_sample_image_digests_in_release_match_the_generated_images() -> None:
     (lambda d: d.update(version="4.14-2"), "version", "no '-'"),
     (lambda d: d.update(release="1-beta"), "release", "no '-'"),
     (lambda d: d["components"].update(frobnicator={}), "components.frobnicator",
-     "unknown component"),
+     "unknown name 'frobnicator'; allowed: core, networking-ovnk"),
     (lambda d: d.update(colour="blue"), "colour", "unknown key"),
     (lambda d: d["components"]["core"].update(extra=1), "components.core.extra", "unknown key"),
     (lambda d: d["components"]["core"].update(payload={"path": "nope/microshift"}),
@@ -56,7 +56,7 @@ def test_sample_image_digests_in_release_match_the_generated_images() -> None:
     (lambda d: d["components"]["networking-ovnk"]["images"]["ovn-kubernetes"].update(
         ref="quay.io/microshift-sample/ovn-kubernetes:latest"),
      "components.networking-ovnk.images.ovn-kubernetes.ref", "not pinned by digest"),
-    (lambda d: d.update(architectures=["sparc"]), "architectures", "x86_64, aarch64"),
+    (lambda d: d.update(architectures=["sparc"]), "architectures[0]", "x86_64, aarch64"),
     (lambda d: d.update(source_date_epoch="yesterday"), "source_date_epoch", "an integer"),
     (lambda d: d["components"].pop("core"), "components.core", "is required"),
 ])
