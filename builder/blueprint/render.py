@@ -18,16 +18,20 @@ import jinja2
 
 from builder.core.errors import BuildError, InputError
 from builder.core.paths import PROJECT_ROOT
-from builder.core.schema import Fields, load_yaml
+from builder.blueprint.profiles import (
+    Defaults,
+    PinnedBase,
+    ProfileSettings,
+    ProfilesDocument,
+)
+from builder.core.models import validate
+from builder.core.schema import load_yaml
 from builder.core.templates import environment
 from builder.release.catalog import BY_KEY, component
 from builder.release.model import Image, Release
 
 BLUEPRINTS_DIR = PROJECT_ROOT / "blueprints"
 PROFILES_FILE = "profiles.yaml"
-# osbuild-composer's rule for blueprint names (weldr API and osbuild/blueprint).
-NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
-LOG_LEVELS = ("Normal", "Debug", "Trace", "TraceAll")
 
 
 @dataclass(frozen=True)
@@ -72,26 +76,25 @@ class PinnedPackage:
 
 
 def load_profiles(blueprints_dir: Path = BLUEPRINTS_DIR) -> dict[str, Profile]:
-    """Read profiles.yaml; every error names the file and the field."""
+    """Read profiles.yaml (`ProfilesDocument`); every error names the file and the field."""
     path = blueprints_dir / PROFILES_FILE
-    top = Fields(str(path), "", load_yaml(path))
-    defaults = top.child("defaults") or Fields(str(path), "defaults", {})
-    default_packages = _packages(defaults, "packages")
-    default_ref = defaults.get("ref", str, "microshift/{arch}/{name}")
-    default_settings = defaults.get("settings", dict, {})
-    defaults.close()
-    images = top.child("images", required=True)
-    assert images is not None
+    doc = validate(ProfilesDocument, load_yaml(path), str(path))
+    defaults = doc.defaults or Defaults()
     profiles: dict[str, Profile] = {}
-    for name in images.data:
-        fields = images.child(str(name), required=True)
-        assert fields is not None
-        profiles[str(name)] = _profile(str(name), fields, default_packages=default_packages,
-                                       default_ref=default_ref,
-                                       default_settings=default_settings,
-                                       blueprints_dir=blueprints_dir)
-    images.close()
-    top.close()
+    for name, image in doc.images.items():
+        template = blueprints_dir / f"{name}.toml.j2"
+        if not template.is_file():
+            raise InputError(str(path), f"images.{name}", f"has no template {template}",
+                             hint="create it; it usually only extends _microshift.toml.j2")
+        settings = {**defaults.settings.model_dump(exclude_unset=True),
+                    **image.settings.model_dump(exclude_unset=True)}
+        profiles[name] = Profile(
+            name=name, description=" ".join(image.description.split()),
+            components=tuple(image.components),
+            packages=_packages(defaults.packages) + _packages(image.packages),
+            ref_template=image.ref or defaults.ref,
+            settings=Settings(**ProfileSettings.model_validate(settings).model_dump()),
+            blueprints_dir=blueprints_dir)
     return profiles
 
 
@@ -103,62 +106,9 @@ def load_profile(name: str, blueprints_dir: Path = BLUEPRINTS_DIR) -> Profile:
     return profiles[name]
 
 
-def _profile(name: str, fields: Fields, *, default_packages: tuple[PackageSpec, ...],
-             default_ref: str, default_settings: dict[str, Any],
-             blueprints_dir: Path) -> Profile:
-    if not NAME_RE.match(name):
-        raise InputError(fields.file, fields.prefix, f"image name {name!r} is not allowed; "
-                         "allowed: letters, digits, '.', '_' and '-' (Image Builder's rule)")
-    description = " ".join(fields.get("description", str, required=True).split())
-    components = tuple(fields.get("components", list, required=True))
-    for key in components:
-        fields.check("components", key, BY_KEY.__contains__, ", ".join(BY_KEY))
-    if "core" not in components:
-        raise fields.error("components", "must include core (microshift-core)")
-    if len(set(components)) != len(components):
-        raise fields.error("components", "lists a component twice")
-    packages = default_packages + _packages(fields, "packages")
-    ref = fields.get("ref", str, default_ref)
-    settings = _settings(Fields(fields.file, fields.path("settings"),
-                                {**default_settings, **fields.get("settings", dict, {})}))
-    template = blueprints_dir / f"{name}.toml.j2"
-    if not template.is_file():
-        raise InputError(fields.file, fields.prefix, f"has no template {template}",
-                         hint="create it; it usually only extends _microshift.toml.j2")
-    fields.close()
-    return Profile(name=name, description=description, components=components,
-                   packages=packages, ref_template=ref, settings=settings,
-                   blueprints_dir=blueprints_dir)
-
-
-def _packages(fields: Fields, key: str) -> tuple[PackageSpec, ...]:
-    specs: list[PackageSpec] = []
-    for index, item in enumerate(fields.get(key, list, [])):
-        where = f"{fields.path(key)}[{index}]"
-        if isinstance(item, str):
-            specs.append(PackageSpec(item))
-            continue
-        entry = Fields(fields.file, where, item)
-        specs.append(PackageSpec(entry.get("name", str, required=True),
-                                 entry.get("version", str, required=True)))
-        entry.close()
-    return tuple(specs)
-
-
-def _settings(fields: Fields) -> Settings:
-    level = fields.check("log_level", fields.get("log_level", str, "Normal"),
-                         LOG_LEVELS.__contains__, ", ".join(LOG_LEVELS))
-    # ovn.yaml `mtu` is a uint32; below IPv6's minimum (1280) OVN's Geneve overlay breaks.
-    mtu = fields.check("ovn_mtu", fields.get("ovn_mtu", int, 1400),
-                       lambda m: 1280 <= m <= 65535, "an integer from 1280 to 65535")
-    attempts = fields.check("max_boot_attempts", fields.get("max_boot_attempts", int, 3),
-                            lambda a: 1 <= a <= 100, "an integer from 1 to 100")
-    domain = fields.check("base_domain", fields.get("base_domain", str, "example.com"),
-                          re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$").match,
-                          "a DNS domain in lower case")
-    fields.close()
-    return Settings(base_domain=domain, log_level=level, ovn_mtu=mtu,
-                    max_boot_attempts=attempts)
+def _packages(items: list[str | PinnedBase]) -> tuple[PackageSpec, ...]:
+    return tuple(PackageSpec(item) if isinstance(item, str)
+                 else PackageSpec(item.name, item.version) for item in items)
 
 
 def semver_for(version: str, release: str) -> str:

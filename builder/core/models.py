@@ -70,6 +70,11 @@ def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
                               f'string (quote it: "{key}")')
         allowed = _allowed_keys(schema, _schema_at(schema, schema, loc))
         return InputError(file, path, f"unknown name {key!r}; allowed: {allowed or 'a string'}")
+    if error["type"] == "invalid_key":  # a key of a mapping that is not a string (`7:`)
+        key = loc.pop()
+        allowed = _allowed_keys(schema, _schema_at(schema, schema, loc)) or "none"
+        return InputError(file, _join(prefix, _join(_path(loc), str(key))),
+                          f"unknown key {key!r}; allowed keys here: {allowed}")
     path = _path(loc)
     if error["type"] == "refused":
         path = _join(path, str((error.get("ctx") or {}).get("at", "")))

@@ -80,8 +80,7 @@ class Fields:
         value = self.data[key]
         # bool is an int in Python; keep them apart so `version: true` is rejected.
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise self.error(key, f"expected {_TYPE_NAMES.get(kind, kind.__name__)}, "
-                                  f"got {value!r}")
+            raise self.error(key, f"expected {_type_name(kind)}, got {value!r}"[:200])
         return value
 
     def check(self, key: str, value: T, ok: Callable[[T], object], allowed: str) -> T:
@@ -98,7 +97,14 @@ class Fields:
         return Fields(self.file, self.path(key), self.data[key])
 
     def close(self) -> None:
-        unknown = sorted(set(self.data) - self._seen)
+        # Keys may be of any YAML type (`7:`, `true:`): compare them as text.
+        unknown = sorted((k for k in self.data if k not in self._seen), key=str)
         if unknown:
             allowed = ", ".join(sorted(self._seen)) or "none"
             raise self.error(str(unknown[0]), f"unknown key; allowed keys here: {allowed}")
+
+
+def _type_name(kind: Any) -> str:
+    """`str`, `int | str` or a tuple of types, as the words of an error message."""
+    kinds = getattr(kind, "__args__", None) or (kind if isinstance(kind, tuple) else (kind,))
+    return " or ".join(_TYPE_NAMES.get(k, getattr(k, "__name__", str(k))) for k in kinds)
