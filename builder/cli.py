@@ -39,6 +39,7 @@ COMMAND_MODULES = (
     "builder.commands.components",
     "builder.commands.publishing",
     "builder.commands.ci",
+    "builder.commands.schemas",
 )
 
 

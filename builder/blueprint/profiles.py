@@ -54,7 +54,7 @@ class Defaults(Model):
     packages: list[PackageName | PinnedBase] = Field(default_factory=list)
     ref: str = Field("microshift/{arch}/{name}", min_length=1, description=(
         "an ostree ref; {arch} and {name} are replaced"))
-    settings: Settings = Field(default_factory=ProfileSettings)
+    settings: Settings = ProfileSettings()
 
 
 class ImageProfile(Model):
@@ -64,7 +64,7 @@ class ImageProfile(Model):
     packages: list[PackageName | PinnedBase] = Field(default_factory=list)
     ref: str | None = Field(None, min_length=1, description=(
         "an ostree ref; {arch} and {name} are replaced"))
-    settings: Settings = Field(default_factory=ProfileSettings)
+    settings: Settings = ProfileSettings()
 
     @model_validator(mode="after")
     def _core_once(self) -> ImageProfile:

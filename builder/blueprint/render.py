@@ -15,19 +15,20 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import tomli_w
 
-from builder.core.errors import BuildError, InputError
-from builder.core.paths import PROJECT_ROOT
 from builder.blueprint.profiles import (
     Defaults,
     PinnedBase,
-    ProfileSettings,
     ProfilesDocument,
+    ProfileSettings,
 )
+from builder.core.errors import BuildError, InputError
 from builder.core.models import validate
+from builder.core.paths import PROJECT_ROOT
 from builder.core.schema import load_yaml
 from builder.core.templates import environment
-from builder.release.catalog import BY_KEY, component
+from builder.release.catalog import component
 from builder.release.model import Image, Release
 
 BLUEPRINTS_DIR = PROJECT_ROOT / "blueprints"
@@ -208,43 +209,22 @@ def _render(search_path: Path, name: str, context: Mapping[str, Any]) -> str:
         raise BuildError(f"{search_path / name}: template error: {exc.message}") from exc
 
 
-# TOML basic strings: escape the quote, the backslash and every control character
-# (TOML 1.0, "String": U+0000-U+001F and U+007F must be escaped).
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
-            "\r": "\\r"}
-
-
 def toml_string(text: str) -> str:
-    out = []
-    for char in text:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04X}")
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+    """A TOML basic string (tomli-w escapes quotes, backslashes and control characters)."""
+    return toml_value(text)
 
 
 def toml_value(value: object) -> str:
-    """A Jinja filter: a string, bool, int or list of them as a TOML value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(item) for item in value) + "]"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
+    """A Jinja filter: a string, bool, int or list of them as a TOML value (tomli-w)."""
+    if not isinstance(value, str | bool | int | list | tuple):
+        raise TypeError(f"no TOML form for {type(value).__name__}")
+    return tomli_w.dumps({"v": value})[len("v = "):].rstrip("\n")
 
 
 def toml_text(text: str) -> str:
-    """A Jinja filter for file contents: a readable multi-line literal string when TOML allows
-    one (no ''' inside, no control characters but tab and newline), else a basic string."""
-    plain = all(c in "\t\n" or (ord(c) >= 0x20 and ord(c) != 0x7F) for c in text)
-    if plain and "'''" not in text and not text.endswith("'"):
-        # The newline right after the opening delimiter is trimmed by TOML parsers.
-        return "'''\n" + text + "'''"
-    return toml_string(text)
+    """A Jinja filter for file contents: a multi-line string when the text has lines, so the
+    blueprint stays readable (tomli-w, `multiline_strings`). A carriage return keeps it a
+    one-line string: TOML parsers read a multi-line string's CR LF as LF."""
+    return tomli_w.dumps({"v": text}, multiline_strings="\r" not in text)[
+        len("v = "):].rstrip("\n")
 

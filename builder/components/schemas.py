@@ -97,7 +97,7 @@ class Network(Model):
             raise refuse(f"{service} is IPv{service.version} but clusterNetwork {cluster} is "
                          f"IPv{cluster.version}; allowed: the same address family",
                          at="serviceNetwork")
-        if cluster.overlaps(service):  # type: ignore[arg-type]  # same family: checked above
+        if cluster.overlaps(service):  # the same family: checked above
             raise refuse(f"{service} overlaps clusterNetwork {cluster}; allowed: disjoint "
                          "networks", at="serviceNetwork")
         if service.num_addresses < 16:  # the cluster DNS service is its 10th address

@@ -20,11 +20,12 @@ import json
 import re
 import shutil
 import time
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomlkit
 
 from builder.compose.inputs import ContainerSpec
 from builder.compose.rootfs import replace_file
@@ -162,42 +163,17 @@ def verify_store(store: Path, images: Sequence[EmbeddedImage]) -> None:
 
 
 def write_storage_conf(tree: Path) -> None:
-    """Add the store to `additionalimagestores`, merging into an existing storage.conf."""
+    """Add the store to `additionalimagestores` of the tree's storage.conf, keeping the file's
+    comments, order and other settings (tomlkit), or write one when the base has none."""
     path = tree / STORAGE_CONF
-    data: dict[str, Any] = tomllib.loads(path.read_text()) if path.is_file() else {}
-    storage = data.setdefault("storage", {})
+    doc = tomlkit.parse(path.read_text()) if path.is_file() else \
+        tomlkit.parse(STORAGE_CONF_HEADER)
+    storage = doc.setdefault("storage", tomlkit.table())
     # The store is written by the overlay driver; a config naming no driver (no
     # containers-common in the base) would let the runtime pick another and miss it.
     storage.setdefault("driver", "overlay")
-    options = storage.setdefault("options", {})
-    stores = list(options.get("additionalimagestores", []))
+    options = storage.setdefault("options", tomlkit.table())
+    stores = options.setdefault("additionalimagestores", tomlkit.array())
     if STORE not in stores:
         stores.append(STORE)
-    options["additionalimagestores"] = stores
-    replace_file(path, (STORAGE_CONF_HEADER + dump_toml(data)).encode())
-
-
-def dump_toml(data: dict[str, Any], prefix: str = "") -> str:
-    """A TOML writer for what storage.conf holds: tables of strings, numbers, bools, lists."""
-    scalars: list[str] = []
-    tables: list[str] = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            tables.append(dump_toml(value, f"{prefix}{key}."))
-        else:
-            scalars.append(f"{key} = {_toml_value(value)}")
-    head = f"[{prefix[:-1]}]\n" if prefix and scalars else ""
-    body = head + "".join(line + "\n" for line in scalars)
-    return (body + ("\n" if body and tables else "") + "\n".join(tables)).strip("\n") + "\n"
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise BuildError(f"storage.conf: cannot write value {value!r}")
+    replace_file(path, tomlkit.dumps(doc).encode())

@@ -23,6 +23,7 @@ IMAGE_REF = (r"^(?P<repo>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+)?"
              r"(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
              r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?@sha256:(?P<digest>[0-9a-f]{64})$")
 IMAGE_REF_RE = re.compile(IMAGE_REF)
+IMAGE_REF_PORTABLE = re.sub(r"\(\?P<\w+>", "(", IMAGE_REF)  # ECMA-262 has no (?P<name>
 SOURCE = r"^(?:sample|(?:oci|oci-archive|docker-archive|dir):.+)$"
 URL = r"^(?:https?|file)://"
 SHA256 = r"^[0-9a-f]{64}$"
@@ -71,7 +72,8 @@ ReleaseText = Annotated[
 
 
 class Image(Model):
-    ref: str = Field(description="REPOSITORY[:TAG]@sha256:<64 hex digits>", pattern=IMAGE_REF)
+    ref: str = Field(description="REPOSITORY[:TAG]@sha256:<64 hex digits>",
+                     pattern=IMAGE_REF_PORTABLE)
     source: str | None = Field(None, pattern=SOURCE, description=(
         "sample, or one of oci:PATH, oci-archive:PATH, docker-archive:PATH, dir:PATH"))
 

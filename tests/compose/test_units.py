@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from builder.compose.commit import kill_at
-from builder.compose.containers import dump_toml, normalize_store, write_storage_conf
+from builder.compose.containers import normalize_store, write_storage_conf
 from builder.compose.customizations import apply_firewall, write_file
 from builder.compose.inputs import FileSpec, FirewallZone, load_compose_inputs
 from builder.compose.rootfs import tree_path, var_to_tmpfiles
@@ -123,13 +124,35 @@ def test_storage_conf_merges_into_the_base_config(tmp_path: Path) -> None:
     write_storage_conf(tmp_path)
     write_storage_conf(tmp_path)  # idempotent: the store is listed once
     text = conf.read_text()
-    assert 'additionalimagestores = ["/opt/images", "/usr/share/containers/storage"]' in text
+    assert tomllib.loads(text)["storage"]["options"]["additionalimagestores"] == [
+        "/opt/images", "/usr/share/containers/storage"]
     assert 'runroot = "/run/containers/storage"' in text
 
 
-def test_dump_toml_writes_nested_tables() -> None:
-    assert dump_toml({"storage": {"driver": "overlay", "options": {"x": [1, True]}}}) == (
-        '[storage]\ndriver = "overlay"\n\n[storage.options]\nx = [1, true]\n')
+def test_storage_conf_keeps_the_bases_comments_and_order(tmp_path: Path) -> None:
+    conf = tmp_path / "etc/containers/storage.conf"
+    conf.parent.mkdir(parents=True)
+    original = ('# containers-storage.conf(5), as containers-common ships it\n[storage]\n'
+                '# Default storage driver\ndriver = "overlay"\n\n[storage.options]\n'
+                '# Paths to additional container image stores.\nadditionalimagestores = [\n]\n'
+                '# Remap uids\nremap-uids = ""\n')
+    conf.write_text(original)
+    write_storage_conf(tmp_path)
+    text = conf.read_text()
+    for line in original.splitlines():
+        if line.startswith("#") or " = " in line:
+            assert line in text, line
+    assert text.index("# Paths to additional") < text.index("/usr/share/containers/storage") \
+        < text.index("# Remap uids")
+    assert tomllib.loads(text)["storage"]["options"]["additionalimagestores"] == [
+        "/usr/share/containers/storage"]
+
+
+def test_storage_conf_is_written_when_the_base_has_none(tmp_path: Path) -> None:
+    write_storage_conf(tmp_path)
+    data = tomllib.loads((tmp_path / "etc/containers/storage.conf").read_text())
+    assert data == {"storage": {"driver": "overlay", "options": {
+        "additionalimagestores": ["/usr/share/containers/storage"]}}}
 
 
 def test_tree_path_keeps_absolute_symlinks_inside_the_tree(tmp_path: Path) -> None:
