@@ -10,6 +10,7 @@ its schema (`description`, `enum`, bounds), so the message and the schema cannot
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -25,11 +26,23 @@ _TYPE_NAMES = {"string_type": "a string", "int_type": "an integer", "bool_type":
                "int_from_float": "an integer", "tuple_type": "a list"}
 
 
+def _null_is_absent(schema: dict[str, Any]) -> None:
+    """In the schema too, `key:` with no value is allowed where the key may be absent."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        if name in required or prop.get("type") == "null" or any(
+                branch.get("type") == "null" for branch in prop.get("anyOf", ())):
+            continue
+        keep = {k: prop.pop(k) for k in ("default", "description", "title") if k in prop}
+        schema["properties"][name] = {"anyOf": [prop, {"type": "null"}], **keep}
+
+
 class Model(BaseModel):
     """Strict: no key nobody reads, no type coerced (`version: 4.14` is not "4.14")."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True,
-                              populate_by_name=False, hide_input_in_errors=False)
+                              populate_by_name=False, hide_input_in_errors=False,
+                              json_schema_extra=_null_is_absent)
 
     @model_validator(mode="before")
     @classmethod
@@ -37,7 +50,8 @@ class Model(BaseModel):
         """`key:` with no value is YAML's null; in these files it means the key is absent
         (a required key given empty is "required", not "expected a string, got None")."""
         if isinstance(data, dict):
-            return {k: v for k, v in data.items() if v is not None}
+            known = {field.alias or name for name, field in cls.model_fields.items()}
+            return {k: v for k, v in data.items() if v is not None or k not in known}
         return data
 
 
@@ -64,7 +78,7 @@ def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
     if loc and loc[-1] == "[key]":
         loc.pop()
         key = loc.pop()
-        path = _join(prefix, _join(_path(loc), str(key)))
+        path = _join(prefix, _join(_path(loc), key_text(key)))
         if not isinstance(key, str):
             return InputError(file, path, f"the name {key!r} is not a string; allowed: a "
                               f'string (quote it: "{key}")')
@@ -73,7 +87,7 @@ def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
     if error["type"] == "invalid_key":  # a key of a mapping that is not a string (`7:`)
         key = loc.pop()
         allowed = _allowed_keys(schema, _schema_at(schema, schema, loc)) or "none"
-        return InputError(file, _join(prefix, _join(_path(loc), str(key))),
+        return InputError(file, _join(prefix, _join(_path(loc), key_text(key))),
                           f"unknown key {key!r}; allowed keys here: {allowed}")
     path = _path(loc)
     if error["type"] == "refused":
@@ -110,11 +124,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./{}-]+$")
+
+
+def key_text(key: Any) -> str:
+    """A mapping key as part of a field path: as it is when plain, else quoted (a key with a
+    newline or a space must not break the one-line message)."""
+    text = str(key)
+    return text if _PLAIN_KEY.match(text) else json.dumps(text)
+
+
 def _path(loc: list[Any]) -> str:
     path = ""
     for part in loc:
         path += f"[{part}]" if isinstance(part, int) and path else \
-            (f".{part}" if path else str(part))
+            (f".{key_text(part)}" if path else key_text(part))
     return path
 
 

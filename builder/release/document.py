@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from builder.core.models import Model, refuse
+from builder.core.models import Model, key_text, refuse
 from builder.release.catalog import BY_KEY
 
 RPM_VERSION = r"^[A-Za-z0-9._+~^]+$"
@@ -61,10 +61,6 @@ def _image_form(value: Any) -> Any:
     return {"ref": value} if isinstance(value, str) else value
 
 
-def _component_form(value: Any) -> Any:
-    return {} if value is None else value
-
-
 ReleaseText = Annotated[
     str, BeforeValidator(_release_text), Field(pattern=RPM_VERSION, description=RPM_RULE),
     WithJsonSchema({"anyOf": [{"type": "string", "pattern": RPM_VERSION},
@@ -88,7 +84,11 @@ class Image(Model):
         return data
 
 
-ImageSpec = Annotated[Image, BeforeValidator(_image_form)]
+# `name: REF` is short for `name: {ref: REF}`.
+ImageSpec = Annotated[Image, BeforeValidator(_image_form), WithJsonSchema({"anyOf": [
+    {"type": "string", "pattern": IMAGE_REF_PORTABLE,
+     "description": "REPOSITORY[:TAG]@sha256:<64 hex digits>"},
+    Image.model_json_schema()]})]
 
 
 class PayloadSource(Model):
@@ -162,9 +162,6 @@ class Component(Model):
         "scripts)"))
 
 
-ComponentSpec = Annotated[Component, BeforeValidator(_component_form)]
-
-
 class Repo(Model):
     name: str = Field(min_length=1, description="a repository name")
     sample: bool = False
@@ -222,12 +219,13 @@ class ReleaseDocument(Model):
     source_date_epoch: int = Field(ge=315532800, lt=2**32, description=(
         "a Unix time from 1980-01-01 to 2106 (zip and rpm limits)"))
     base: Base | None = None
-    components: dict[ComponentKey, ComponentSpec]
+    components: dict[ComponentKey, Component | None]  # `selinux:` is `selinux: {}`
     ostree: Ostree | None = None
 
     @model_validator(mode="after")
     def _components(self) -> ReleaseDocument:
-        for key, comp in self.components.items():
+        for key, maybe in self.components.items():
+            comp = maybe or Component()
             if comp.payload is not None and key != "core":
                 raise refuse("only core has a payload (the microshift binaries); components "
                              "ship their files from specs/sources/", at=f"components.{key}.payload")
@@ -236,14 +234,14 @@ class ReleaseDocument(Model):
         if "core" not in self.components:
             raise refuse("is required: every release ships microshift-core",
                          at="components.core")
-        if self.components["core"].payload is None:
+        if (self.components["core"] or Component()).payload is None:
             raise refuse("is required for core (the microshift binary)",
                          at="components.core.payload")
         if "selinux" not in self.components:
             raise refuse("is required: microshift-core requires microshift-selinux, as RHEL "
                          "for Edge devices run SELinux enforcing; add `selinux: {}` under "
                          "components", at="components.selinux")
-        _one_image_per_name({str(k): v for k, v in self.components.items()})
+        _one_image_per_name({str(k): v or Component() for k, v in self.components.items()})
         return self
 
 
@@ -254,6 +252,6 @@ def _one_image_per_name(components: Mapping[str, Component]) -> None:
         for name, image in (comp.images or {}).items():
             owner, ref = seen.setdefault(name, (key, image.ref))
             if ref != image.ref:
-                raise refuse(f"names another image than components.{owner}.images.{name} "
-                             f"({ref}); allowed: one image per name across the release",
-                             at=f"components.{key}.images.{name}")
+                raise refuse(f"names another image than components.{owner}.images."
+                             f"{key_text(name)} ({ref}); allowed: one image per name across "
+                             "the release", at=f"components.{key}.images.{key_text(name)}")

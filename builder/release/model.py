@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import InputError
-from builder.core.models import validate
+from builder.core.models import key_text, validate
 from builder.core.schema import load_yaml
 from builder.release import document
 from builder.release.document import IMAGE_REF_RE, ReleaseDocument
@@ -102,7 +102,8 @@ def load_release(path: Path) -> Release:
     file = str(path)
     doc = validate(ReleaseDocument, load_yaml(path), file)
     root = path.parent
-    components = tuple(_component(key, comp, root, file) for key, comp in doc.components.items())
+    components = tuple(_component(key, comp or document.Component(), root, file)
+                       for key, comp in doc.components.items())
     repos = (tuple(_repo(repo, index, root, file) for index, repo in enumerate(doc.base.repos))
              if doc.base else (Repo("sample-base", "sample", ""),))
     return Release(path=path, version=doc.version, release=doc.release,
@@ -127,7 +128,7 @@ def _image(component: str, name: str, doc: document.Image, root: Path, file: str
         kind, _, location = source.partition(":")
         resolved = (root / location).resolve()
         if not resolved.exists():
-            raise InputError(file, f"components.{component}.images.{name}.source",
+            raise InputError(file, f"components.{component}.images.{key_text(name)}.source",
                              f"{resolved} does not exist")
         source = f"{kind}:{resolved}"
     return Image(component=component, name=name, ref=doc.ref, source=source)

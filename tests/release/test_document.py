@@ -1,0 +1,98 @@
+"""release.yaml's model: every variant of the sample release ends in a Release or in one
+line naming the file and the field, and the shipped JSON Schema agrees with the tool."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import assume, given
+from pydantic import ValidationError
+
+from builder.cli import main
+from builder.core.errors import InputError
+from builder.release.document import ReleaseDocument
+from builder.release.model import load_release
+from tests.support.cli import RELEASE
+from tests.support.mutations import (
+    json_and_yaml_differ,
+    mutated,
+    sample,
+    schema_validator,
+)
+
+SAMPLE = sample(RELEASE)
+SCHEMA = schema_validator("release")
+TOP_KEYS = set(ReleaseDocument.model_fields) | {"(top level)"}
+
+
+def _load(doc: Any) -> tuple[Path, InputError | None]:
+    folder = Path(tempfile.mkdtemp(prefix="release-"))
+    path = folder / "release.yaml"
+    path.write_text(yaml.safe_dump(doc, allow_unicode=True))
+    try:
+        load_release(path)
+    except InputError as exc:
+        return path, exc
+    return path, None
+
+
+@pytest.mark.fuzz
+@given(doc=mutated(SAMPLE))
+def test_every_variant_is_a_release_or_one_line_naming_file_and_field(doc: Any) -> None:
+    path, error = _load(doc)
+    if error is not None:
+        message = str(error)
+        assert "\n" not in message and len(message) < 600, message
+        assert message.startswith(f"{path}: ") and error.field, message
+        top = error.field.split(".")[0].split("[")[0]
+        assert top in TOP_KEYS or error.problem.startswith("unknown key"), message
+
+
+@pytest.mark.fuzz
+@given(doc=mutated(SAMPLE))
+def test_the_schema_rejects_what_the_model_rejects_and_accepts_what_it_accepts(
+        doc: Any) -> None:
+    assume(not json_and_yaml_differ(doc))
+    try:
+        ReleaseDocument.model_validate(doc)
+    except ValidationError as exc:
+        # Rules beyond a JSON Schema (one image per name, core's payload, ...) are `refused`
+        # by the model's validators; every other rule is in the schema.
+        if any(e["type"] != "refused" for e in exc.errors()):
+            assert not SCHEMA.is_valid(doc), exc.errors()[0]
+        return
+    assert SCHEMA.is_valid(doc), next(SCHEMA.iter_errors(doc))
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d.update(release=[1]), "release"),
+    (lambda d: d.update(release={"a": 1}), "release"),
+    (lambda d: d["components"]["multus"]["images"].update({7: {"ref": "x"}}),
+     "components.multus.images.7"),
+])
+def test_the_issues_examples_are_one_line_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, field: str) -> None:
+    doc = yaml.safe_load(RELEASE.read_text())
+    mutate(doc)
+    path = tmp_path / "release.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    build = tmp_path / "build"
+    assert main(["--release", str(path), "blueprint", "--build-dir", str(build)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {path}: {field}: "), err
+    assert not any("Traceback" in line for line in err)
+    assert not build.exists() or not any(build.iterdir())
+
+
+def test_the_sample_release_validates_against_the_schema_with_check_jsonschema() -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--schemafile",
+                           "schemas/release.schema.json", str(RELEASE)],
+                          capture_output=True, text=True, check=False, cwd=RELEASE.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
