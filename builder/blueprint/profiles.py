@@ -58,7 +58,7 @@ class Defaults(Model):
 
 
 class ImageProfile(Model):
-    description: str = Field(min_length=1, description="what the image is for")
+    description: str = Field(pattern=r"\S", description="what the image is for (not blank)")
     components: list[ComponentKey] = Field(min_length=1, description=(
         "keys of release.yaml components; core is required"))
     packages: list[PackageName | PinnedBase] = Field(default_factory=list)

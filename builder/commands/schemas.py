@@ -49,10 +49,24 @@ def generated() -> dict[str, str]:
     for name, model in models.items():
         schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
                                   **model.model_json_schema(by_alias=True)}
+        _close_pattern_properties(schema)
         if name == "config":  # MicroShift reads an empty config.yaml as every default
             schema["type"] = ["object", "null"]
         texts[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return texts
+
+
+def _close_pattern_properties(node: Any) -> None:
+    """pydantic writes a mapping with constrained keys as `patternProperties` alone, which lets
+    any other key through; the tool refuses such keys, so the schema does too."""
+    if isinstance(node, dict):
+        if "patternProperties" in node:
+            node.setdefault("additionalProperties", False)
+        for value in node.values():
+            _close_pattern_properties(value)
+    elif isinstance(node, list):
+        for value in node:
+            _close_pattern_properties(value)
 
 
 def cmd_schemas(ctx: Context, args: argparse.Namespace) -> int:

@@ -166,6 +166,8 @@ def _schema_at(root: dict[str, Any], node: dict[str, Any], loc: list[Any]) -> di
                        if "description" in described else {})}
         elif isinstance(node.get("additionalProperties"), dict):
             node = _resolve(root, node["additionalProperties"])
+        elif node.get("patternProperties"):  # a mapping with constrained names
+            node = _resolve(root, next(iter(node["patternProperties"].values())))
         else:
             return {}
     return node
