@@ -10,13 +10,15 @@ its schema (`description`, `enum`, bounds), so the message and the schema cannot
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from builder.core.errors import InputError
+from builder.core.schema import key_text
+
+__all__ = ["Model", "input_error", "key_text", "refuse", "validate"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -122,16 +124,6 @@ def _problem(schema: dict[str, Any], error: ErrorDetails, loc: list[Any]) -> str
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./{}-]+$")
-
-
-def key_text(key: Any) -> str:
-    """A mapping key as part of a field path: as it is when plain, else quoted (a key with a
-    newline or a space must not break the one-line message)."""
-    text = str(key)
-    return text if _PLAIN_KEY.match(text) else json.dumps(text)
 
 
 def _path(loc: list[Any]) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +51,16 @@ def load_yaml(path: Path) -> Any:
         raise InputError(str(path), where, f"not valid YAML: {problem}") from exc
 
 
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./{}-]+$")
+
+
+def key_text(key: Any) -> str:
+    """A mapping key as part of a field path: as it is when plain, else quoted (an empty key,
+    or one with a newline or a space, must not break the one-line message)."""
+    text = str(key)
+    return text if _PLAIN_KEY.match(text) else json.dumps(text)
+
+
 class Fields:
     """Reads one mapping; `close()` rejects keys nobody asked for."""
 
@@ -62,7 +74,7 @@ class Fields:
         self._seen: set[str] = set()
 
     def path(self, key: str) -> str:
-        return f"{self.prefix}.{key}" if self.prefix else key
+        return f"{self.prefix}.{key_text(key)}" if self.prefix else key_text(key)
 
     def error(self, key: str, problem: str, hint: str | None = None) -> InputError:
         return InputError(self.file, self.path(key), problem, hint)
