@@ -3,13 +3,30 @@ pair of composed releases. Integration fixtures run the real host tools."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tests.hypothesis_profiles  # noqa: F401  (registers and loads the profiles)
+from builder.core.children import gpg_agents
 from tests.support.cli import build_release
 from tests.support.ostree import ComposedPair, compose_pair
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_gpg_agent_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Tests that run gpg on a build's keyring outside a CLI run (which stops its own agents)
+    leave that home's agent running; stop every agent under this session's temporary root."""
+    yield
+    base = tmp_path_factory.getbasetemp().resolve()
+    for agent in gpg_agents():
+        if agent.homedir.resolve().is_relative_to(base):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(agent.pid, signal.SIGTERM)
 
 
 @pytest.fixture(scope="session")

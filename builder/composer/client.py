@@ -250,7 +250,7 @@ class WeldrClient:
         resp = self._request("GET", f"/compose/image/{uuid}", what=what, stream=True)
         if resp.status_code >= 400:
             self._json(resp, what)
-        expected = int(resp.headers.get("Content-Length", "0") or 0)
+        expected = _content_length(resp, what)
         progress.info(f"downloading {uuid} -> {dest}"
                       + (f" ({human_bytes(expected)})" if expected else ""), bytes=expected)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -350,6 +350,19 @@ class WeldrClient:
         return BuildError(f"composer: {what}: no answer from {self.endpoint.describe()} "
                           f"within {self.timeout:g}s",
                           hint="the service may be overloaded; raise --timeout")
+
+
+def _content_length(resp: requests.Response, what: str) -> int:
+    """The announced size of a download (0: not announced); a malformed one is the service's
+    error, not ours to guess at."""
+    value = resp.headers.get("Content-Length", "").strip()
+    if not value:
+        return 0
+    if not value.isdigit():
+        resp.close()
+        raise BuildError(f"composer: {what}: the answer's Content-Length {value!r} is not a "
+                         "size in bytes", hint="check the service, or a proxy in front of it")
+    return int(value)
 
 
 def _int(value: Any) -> int:
