@@ -57,7 +57,7 @@ class _Answer(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    do_GET = do_POST = do_DELETE = _reply  # noqa: N815
+    do_GET = do_POST = do_DELETE = _reply
 
     def log_message(self, *args: Any) -> None:
         pass
