@@ -124,8 +124,10 @@ def _check_options(ks: KickstartContext) -> None:
     if ks.gpg_verify and ks.gpg_key is None:
         raise _bad("gpg_key", "the commit is signed but no public key was given",
                    "export it with `gpg --export --armor KEYID > key.asc` and pass it")
-    if ks.ssh_key is not None and (not ks.ssh_key.strip() or re.search(r"[\"\n\\]", ks.ssh_key)):
-        raise _bad("ssh_key", "must be one public key line without quotes or backslashes")
+    if ks.ssh_key is not None and (not ks.ssh_key.strip()
+                                   or re.search(r"[\"\\\x00-\x1f\x7f]", ks.ssh_key)):
+        raise _bad("ssh_key", "must be one public key line without quotes, backslashes or "
+                              "control characters")
     if not re.match(r"^[A-Za-z0-9_+/-]+$", ks.timezone):
         raise _bad("timezone", f"{ks.timezone!r} is not a time zone name", "e.g. UTC")
     if ks.microshift_config is not None:
@@ -189,7 +191,11 @@ def load_image_facts(blueprint: Path, image: str) -> ImageFacts:
 def read_pull_secret(path: Path) -> str:
     """The pull secret as one line of JSON. Never echoed: errors name the file, not the text."""
     try:
-        raw = path.read_text()
+        raw = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(str(path), "", f"pull secret is not UTF-8 text (byte {exc.start})",
+                         "download it from console.redhat.com/openshift/install/pull-secret") \
+            from None
     except OSError as exc:
         raise InputError(str(path), "", f"cannot read the pull secret: {exc.strerror}") from exc
     try:
@@ -279,7 +285,8 @@ def validate(text: str, *, source: str = "kickstart", secret: str | None = None)
         warnings.simplefilter("error", KickstartParseWarning)
         try:
             parser.readKickstartFromString(text)
-        except (KickstartError, KickstartParseWarning) as exc:
+        except (KickstartError, KickstartParseWarning, ValueError) as exc:
+            # ValueError: pykickstart's shlex on an unbalanced quote.
             raise _validation_error(text, source, exc) from None
     if handler.ostreesetup.url is None or not handler.ostreesetup.ref:
         raise BuildError(f"{source}: rendered kickstart has no ostreesetup command")
