@@ -45,12 +45,22 @@ def list_iso(runner: Runner, iso: Path) -> IsoListing:
     volid = ""
     for line in proc.stderr.decode(errors="replace").splitlines():
         if line.startswith("Volume id"):
-            volid = shlex.split(line.split(":", 1)[1])[0] if ":" in line else ""
+            volid = _unquote(line.split(":", 1)[1]) if ":" in line else ""
     files = set()
     for line in proc.stdout.decode(errors="replace").splitlines():
         if line.startswith("R:1: "):
-            files.add(shlex.split(line[5:])[0].lstrip("/"))
+            files.add(_unquote(line[5:]).lstrip("/"))
     return IsoListing(iso, volid, frozenset(files))
+
+
+def _unquote(text: str) -> str:
+    """One word of xorriso's report, which quotes it in shell style; a name with a control
+    character or a stray quote (from the ISO, not ours to trust) is kept as it is printed."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        words = []
+    return words[0] if words else text.strip().strip("'")
 
 
 def extract(runner: Runner, iso: Path, pairs: list[tuple[str, Path]]) -> None:
