@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import tomli_w
 
 from builder.blueprint.profiles import (
@@ -27,7 +26,7 @@ from builder.core.errors import BuildError, InputError
 from builder.core.models import validate
 from builder.core.paths import PROJECT_ROOT
 from builder.core.schema import load_yaml
-from builder.core.templates import environment
+from builder.core.templates import environment, render_with
 from builder.release.catalog import component
 from builder.release.model import Image, Release
 
@@ -198,15 +197,7 @@ def _render(search_path: Path, name: str, context: Mapping[str, Any]) -> str:
     env = environment(search_path)
     env.filters["toml"] = toml_value
     env.filters["toml_text"] = toml_text
-    try:
-        return env.get_template(name).render(**context)
-    except jinja2.TemplateSyntaxError as exc:
-        raise BuildError(f"{exc.filename or name}:{exc.lineno}: template error: {exc.message}") \
-            from exc
-    except jinja2.TemplateNotFound as exc:
-        raise BuildError(f"{search_path / name}: template not found: {exc.name}") from exc
-    except jinja2.UndefinedError as exc:
-        raise BuildError(f"{search_path / name}: template error: {exc.message}") from exc
+    return render_with(env, search_path, name, context)
 
 
 def toml_string(text: str) -> str:

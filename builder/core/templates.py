@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import jinja2
 
 from builder.core.errors import BuildError
-from builder.core.paths import SOURCES_DIR
+from builder.core.paths import PROJECT_ROOT, SOURCES_DIR
 from builder.core.zipapp import SUFFIX as ZIPAPP_SUFFIX
 from builder.core.zipapp import build_zipapp
 
@@ -27,15 +28,57 @@ def environment(search_path: Path) -> jinja2.Environment:
     )
 
 
+# What template code can raise while it runs: Jinja's own errors, and a filter or an
+# expression on a value of the wrong kind (`{{ 1/0 }}`, `{{ [] | toml }}`).
+RENDER_ERRORS = (jinja2.TemplateError, ArithmeticError, TypeError, ValueError, LookupError,
+                 AttributeError)
+
+
 def render_file(search_path: Path, name: str, context: Mapping[str, Any]) -> str:
     """Render `name` under `search_path`; a template error names the template and line."""
+    return render_with(environment(search_path), search_path, name, context)
+
+
+def render_with(env: jinja2.Environment, search_path: Path, name: str,
+                context: Mapping[str, Any]) -> str:
+    """Render with `env`; any error of the template's code is one BuildError naming the
+    template file and line, as Jinja maps it, not a traceback from inside Jinja."""
     try:
-        return environment(search_path).get_template(name).render(**context)
+        return env.get_template(name).render(**context)
     except jinja2.TemplateSyntaxError as exc:
-        raise BuildError(f"{exc.filename or name}:{exc.lineno}: template error: {exc.message}") \
-            from exc
-    except jinja2.UndefinedError as exc:
-        raise BuildError(f"{search_path / name}: template error: {exc.message}") from exc
+        where = relative(Path(exc.filename) if exc.filename else search_path / name)
+        raise BuildError(f"{where}:{exc.lineno}: template error: {exc.message}") from None
+    except jinja2.TemplateNotFound as exc:
+        raise BuildError(f"{relative(search_path / name)}: template error: no template "
+                         f"{exc.name!r}") from None
+    except RENDER_ERRORS as exc:
+        message = exc.message if isinstance(exc, jinja2.TemplateError) else \
+            f"{type(exc).__name__}: {exc}"
+        raise BuildError(f"{template_frame(exc, search_path, name)}: template error: "
+                         f"{message}") from None
+
+
+def template_frame(exc: BaseException, search_path: Path, name: str) -> str:
+    """template:line of the innermost template frame of a render-time error.
+
+    Jinja rewrites tracebacks so that template code shows up with the template's file name
+    and line number, which is how a runtime error (an undefined value) gets its line.
+    """
+    where = relative(search_path / name)
+    tb: types.TracebackType | None = exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            where = f"{relative(Path(filename))}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(PROJECT_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> list[Path]:

@@ -16,18 +16,15 @@ import json
 import re
 import shlex
 import tomllib
-import types
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from builder.core.errors import BuildError, InputError
 from builder.core.paths import PROJECT_ROOT
 from builder.core.steps import write_atomic
-from builder.core.templates import environment
+from builder.core.templates import environment, relative, render_with
 
 KICKSTART_DIR = PROJECT_ROOT / "kickstart"
 VARIANTS = {"network": "network.ks.j2", "embedded": "embedded.ks.j2"}
@@ -231,41 +228,11 @@ def render(template: str, ks: KickstartContext, *, search_path: Path = KICKSTART
     gpg_key = read_gpg_key(ks.gpg_key) if ks.gpg_verify and ks.gpg_key else None
     env = environment(search_path)
     env.filters["sh"] = lambda value: shlex.quote(str(value))
-    try:
-        text = env.get_template(name).render(ks=ks, secret=secret, gpg_key=gpg_key)
-    except jinja2.TemplateSyntaxError as exc:
-        where = _relative(Path(exc.filename) if exc.filename else search_path / name)
-        raise BuildError(f"{where}:{exc.lineno}: template error: {exc.message}") from None
-    except jinja2.TemplateError as exc:
-        raise BuildError(f"{_template_frame(exc, search_path, name)}: template error: "
-                         f"{exc.message}") from None
+    text = render_with(env, search_path, name, {"ks": ks, "secret": secret, "gpg_key": gpg_key})
     # Macros leave runs of blank lines; keep the output tidy.
     text = re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
-    validate(text, source=_relative(search_path / name), secret=secret)
+    validate(text, source=relative(search_path / name), secret=secret)
     return text
-
-
-def _template_frame(exc: BaseException, search_path: Path, name: str) -> str:
-    """template:line of the innermost template frame of a render-time error.
-
-    Jinja rewrites tracebacks so that template code shows up with the template's file name
-    and line number, which is how a runtime error (an undefined value) gets its line.
-    """
-    where = _relative(search_path / name)
-    tb: types.TracebackType | None = exc.__traceback__
-    while tb is not None:
-        filename = tb.tb_frame.f_code.co_filename
-        if filename.endswith(".j2"):
-            where = f"{_relative(Path(filename))}:{tb.tb_lineno}"
-        tb = tb.tb_next
-    return where
-
-
-def _relative(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(PROJECT_ROOT))
-    except ValueError:
-        return str(path)
 
 
 def validate(text: str, *, source: str = "kickstart", secret: str | None = None) -> None:
