@@ -3,6 +3,7 @@ line naming the file and the field, and the shipped JSON Schema agrees with the 
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from hypothesis import assume, given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from builder.cli import main
@@ -96,3 +98,28 @@ def test_the_sample_release_validates_against_the_schema_with_check_jsonschema()
                            "schemas/release.schema.json", str(RELEASE)],
                           capture_output=True, text=True, check=False, cwd=RELEASE.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.fuzz
+@given(content=st.binary(max_size=512), cut=st.integers(0, 512),
+       pinned=st.sampled_from(["whole", "truncated", "none", "malformed"]))
+def test_a_payload_file_is_taken_only_as_pinned(content: bytes, cut: int, pinned: str) -> None:
+    """A payload file that is truncated (or not the file the release pinned) is refused naming
+    the field; a missing pin is allowed for local files (the RPM records its digest)."""
+    folder = Path(tempfile.mkdtemp(prefix="payload-"))
+    (folder / "microshift").write_bytes(content[:cut])
+    digest = {"whole": hashlib.sha256(content).hexdigest(), "none": None,
+              "truncated": hashlib.sha256(content[:cut]).hexdigest(),
+              "malformed": hashlib.sha256(content).hexdigest()[:63] + "G"}[pinned]
+    doc = yaml.safe_load(RELEASE.read_text())
+    doc["components"]["core"]["payload"] = {"path": "microshift",
+                                            **({"sha256": digest} if digest else {})}
+    (folder / "release.yaml").write_text(yaml.safe_dump(doc))
+    try:
+        release = load_release(folder / "release.yaml")
+    except InputError as exc:
+        assert exc.field == "components.core.payload.sha256", str(exc)
+        assert pinned == "malformed" or content[:cut] != content, str(exc)
+        return
+    assert pinned in ("none", "truncated") or content[:cut] == content
+    assert release.payload[0].source.location == str(folder / "microshift")
