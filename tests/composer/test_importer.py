@@ -102,3 +102,41 @@ def test_an_import_is_refused_while_a_compose_holds_the_repo(
             import_commit_tarball(tarball, repo, Runner(), Progress(stream=io.StringIO()),
                                   PUBLISH)
     assert refs(repo) == ""
+
+
+@pytest.mark.integration
+@pytest.mark.fuzz
+def test_truncated_or_damaged_tarballs_are_refused_and_the_repo_untouched(
+        client: WeldrClient, fake: FakeWeldr, tmp_path: Path) -> None:
+    """A download cut short or damaged on the way (the service's image, a proxy, a disk):
+    the import fails with one BuildError and publishes nothing, whatever the damage."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    good = service_tarball(client, fake, tmp_path / "good.tar").read_bytes()
+    repo = tmp_path / "ostree" / "repo"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    @settings(max_examples=min(settings().max_examples, 200))  # each runs ostree
+    @given(cut=st.integers(1, len(good) - 1), flip=st.booleans())
+    def check(cut: int, flip: bool) -> None:
+        bad = scratch / "bad.tar"
+        if flip:  # one byte of a file's content (past its 512-byte tar header) changed
+            at = min(len(good) - 1, 512 + cut % (len(good) - 512))
+            bad.write_bytes(good[:at] + bytes([good[at] ^ 0xFF]) + good[at + 1:])
+        else:
+            bad.write_bytes(good[:cut])
+        try:
+            import_commit_tarball(bad, repo, Runner(), Progress(stream=io.StringIO()), PUBLISH,
+                                  expected_ref=REF)
+        except BuildError as exc:
+            assert str(exc).strip()
+            assert refs(repo) == ""
+            return
+        # Accepted: only when the damage fell where nothing is read (tar padding).
+        assert refs(repo) == REF
+        subprocess.run(["ostree", f"--repo={repo}", "fsck"], check=True, capture_output=True)
+        subprocess.run(["ostree", f"--repo={repo}", "refs", "--delete", REF], check=True)
+
+    check()
