@@ -84,7 +84,11 @@ def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
         if not isinstance(key, str):
             return InputError(file, path, f"the name {key!r} is not a string; allowed: a "
                               f'string (quote it: "{key}")')
-        allowed = _allowed_keys(schema, _schema_at(schema, schema, loc))
+        parent = _schema_at(schema, schema, loc)
+        if error["type"] == "string_pattern_mismatch":
+            return InputError(file, path, f"the name {key!r} is not allowed; allowed: "
+                              f"{_allowed_text(schema, parent)}")
+        allowed = _allowed_keys(schema, parent)
         return InputError(file, path, f"unknown name {key!r}; allowed: {allowed or 'a string'}")
     if error["type"] == "invalid_key":  # a key of a mapping that is not a string (`7:`)
         key = loc.pop()

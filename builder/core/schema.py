@@ -51,7 +51,7 @@ def load_yaml(path: Path) -> Any:
         raise InputError(str(path), where, f"not valid YAML: {problem}") from exc
 
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_./{}-]+$")
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.{}-]*$")  # no "/", no leading "."
 
 
 def key_text(key: Any) -> str:

@@ -154,9 +154,16 @@ class Payload(Model):
         return self
 
 
+# An image's logical name also names files and directories of the build (its OCI layout):
+# no '/', no leading '.', so never `..`.
+IMAGE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ImageName = Annotated[str, Field(pattern=IMAGE_NAME)]
+
+
 class Component(Model):
     payload: Payload | None = None
-    images: dict[str, ImageSpec] | None = None
+    images: dict[ImageName, ImageSpec] | None = Field(None, description=(
+        "image names: letters, digits, '.', '_' and '-', starting with a letter or digit"))
     data_backup: Literal["microshift", "greenboot"] | None = Field(None, description=(
         "microshift (the binary backs up its data, 4.14+) or greenboot (this project's "
         "scripts)"))

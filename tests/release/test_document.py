@@ -75,6 +75,9 @@ def test_the_schema_rejects_what_the_model_rejects_and_accepts_what_it_accepts(
     (lambda d: d.update(release={"a": 1}), "release"),
     (lambda d: d["components"]["multus"]["images"].update({7: {"ref": "x"}}),
      "components.multus.images.7"),
+    (lambda d: d["components"]["multus"]["images"].update(
+        {"../../escape": d["components"]["multus"]["images"]["multus-cni"]}),
+     'components.multus.images."../../escape"'),
 ])
 def test_the_issues_examples_are_one_line_not_a_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, field: str) -> None:
