@@ -21,6 +21,7 @@ them at once. The rules and where they come from:
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import tomllib
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.core.errors import BuildError, InputError
+from builder.core.schema import key_text
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$")   # fsnode usernameRegex
@@ -111,10 +113,15 @@ def check_blueprint(text: str, source: str) -> dict[str, Any]:
     data = parse_blueprint(text, source)
     violations = validate_blueprint(data)
     if violations:
-        lines = [f"{source}: {v.field}: {v.problem}" for v in violations]
+        # One line per violation, whatever characters the blueprint's values hold.
+        lines = [_one_line(f"{source}: {v.field}: {v.problem}") for v in violations]
         raise BuildError(f"{source}: {len(violations)} blueprint rule violation(s):\n"
                          + "\n".join(lines))
     return data
+
+
+def _one_line(text: str) -> str:
+    return text if len(text.splitlines()) <= 1 else json.dumps(text)[1:-1]
 
 
 def validate_blueprint(data: dict[str, Any]) -> list[Violation]:
@@ -311,7 +318,7 @@ class _Checker:
 
     @staticmethod
     def _at(prefix: str, key: str) -> str:
-        return f"{prefix}.{key}" if prefix else key
+        return f"{prefix}.{key_text(key)}" if prefix else key_text(key)
 
     def keys(self, table: dict[str, Any], prefix: str, allowed: tuple[str, ...]) -> None:
         for key in table:
