@@ -91,21 +91,28 @@ ImageSpec = Annotated[Image, BeforeValidator(_image_form), WithJsonSchema({"anyO
     Image.model_json_schema()]})]
 
 
-class PayloadSource(Model):
-    """One of path, url (with sha256) or sample."""
+class _Sources(Model):
+    """Where a payload file comes from: path, url (with sha256) or sample."""
 
     path: str | None = Field(None, min_length=1, description="a file, relative to release.yaml")
     url: str | None = Field(None, pattern=URL, description="an http(s):// or file:// URL")
     sample: SamplePayload | None = None
     sha256: str | None = Field(None, pattern=SHA256, description="64 lowercase hex digits")
 
-    @model_validator(mode="after")
-    def _one_source(self) -> PayloadSource:
+    def _check_one_source(self) -> None:
         given = [k for k in ("path", "url", "sample") if getattr(self, k) is not None]
         if len(given) != 1:
             raise refuse("give exactly one of path, url (with sha256) or sample")
         if self.url is not None and self.sha256 is None:
             raise refuse("is required with url: downloads are verified", at="sha256")
+
+
+class PayloadSource(_Sources):
+    """One of path, url (with sha256) or sample."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PayloadSource:
+        self._check_one_source()
         return self
 
 
@@ -122,21 +129,17 @@ class PayloadFile(PayloadSource):
         return self
 
 
-class Payload(Model):
+class Payload(_Sources):
     """The single-file form (a source for /usr/bin/microshift) or `files:`."""
 
     files: list[PayloadFile] | None = Field(None, min_length=1, description=(
         "the release's files, at least the microshift binary"))
-    path: str | None = Field(None, min_length=1, description="a file, relative to release.yaml")
-    url: str | None = Field(None, pattern=URL, description="an http(s):// or file:// URL")
-    sample: SamplePayload | None = None
-    sha256: str | None = Field(None, pattern=SHA256, description="64 lowercase hex digits")
 
     @model_validator(mode="after")
     def _one_form(self) -> Payload:
         sources = [k for k in ("path", "url", "sample", "sha256") if getattr(self, k) is not None]
         if self.files is None:
-            PayloadSource.model_validate({k: getattr(self, k) for k in sources})
+            self._check_one_source()
             return self
         if sources:
             raise refuse("give either files: or one source (path, url or sample), not both",

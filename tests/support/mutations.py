@@ -89,6 +89,23 @@ def schema_validator(name: str) -> Any:
     return _Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
 
+def check_schema_agrees(model: Any, schema: Any, doc: Any) -> None:
+    """The shipped schema refuses what the model refuses and accepts what it accepts. Rules
+    beyond a JSON Schema (across fields, files on disk, network arithmetic) are `refused` by
+    the model's own validators; every other rule must be in the schema."""
+    from pydantic import ValidationError
+
+    if json_and_yaml_differ(doc):
+        return
+    try:
+        model.model_validate(doc)
+    except ValidationError as exc:
+        if any(e["type"] != "refused" for e in exc.errors()):
+            assert not schema.is_valid(doc), exc.errors()[0]
+        return
+    assert schema.is_valid(doc), next(schema.iter_errors(doc))
+
+
 def without_nulls(doc: Any) -> Any:
     """What the tool reads: `key:` with no value is an absent key in these files."""
     if isinstance(doc, dict):
