@@ -58,7 +58,7 @@ def fuzz(session: nox.Session) -> None:
     _host_tools(session)
     session.install("-e", ".[test]")
     examples = session.posargs[0] if session.posargs else "10000"
-    session.run("python", "-m", "pytest", "-m", "fuzz", "-q", 
+    session.run("python", "-m", "pytest", "-m", "fuzz", "-q",
                 "--hypothesis-profile", "fuzz", "--hypothesis-show-statistics",
                 env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_FUZZ_EXAMPLES": examples})
 
