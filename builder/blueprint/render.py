@@ -165,6 +165,8 @@ def services(profile: Profile) -> list[str]:
         names += [s for s in component(key).services if s not in names]
     if any(spec.name == "microshift-greenboot" for spec in profile.packages):
         names += [s for s in GREENBOOT_SERVICES if s not in names]
+    if any(spec.name == "microshift-update" for spec in profile.packages):
+        names += [s for s in component("update").services if s not in names]
     return names
 
 

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     parser = sub.add_parser(
         "schemas", help="write or check the JSON Schemas of the input files (schemas/)",
         description="Generate schemas/NAME.schema.json from the models of release.yaml, "
-                    "profiles.yaml, config.yaml, ovn.yaml and lvmd.yaml.")
+                    "profiles.yaml, config.yaml, ovn.yaml, lvmd.yaml and update.yaml.")
     parser.add_argument("--out", type=Path, default=SCHEMAS_DIR,
                         help="directory to write to (default: the project's schemas/)")
     parser.add_argument("--check", action="store_true",
@@ -42,15 +42,17 @@ def generated() -> dict[str, str]:
     from builder.blueprint.profiles import ProfilesDocument
     from builder.components.schemas import DOCUMENTS
     from builder.release.document import ReleaseDocument
+    from builder.updater.model import UpdateDocument
 
     models: dict[str, type[BaseModel]] = {"release": ReleaseDocument,
-                                          "profiles": ProfilesDocument, **DOCUMENTS}
+                                          "profiles": ProfilesDocument, **DOCUMENTS,
+                                          "update": UpdateDocument}
     texts = {}
     for name, model in models.items():
         schema: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema",
                                   **model.model_json_schema(by_alias=True)}
         _close_pattern_properties(schema)
-        if name == "config":  # MicroShift reads an empty config.yaml as every default
+        if name in ("config", "update"):  # an empty file means every default
             schema["type"] = ["object", "null"]
         texts[f"{name}.schema.json"] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
     return texts

@@ -132,6 +132,17 @@ def export_public_key(runner: Runner, key: SigningKey, dest: Path) -> Path:
     return dest
 
 
+def sign_detached(runner: Runner, key: SigningKey, path: Path, epoch: int | None = None) -> Path:
+    """PATH.sig: a binary detached signature of the file (compact: devices fetch it)."""
+    dest = path.with_name(path.name + ".sig")
+    tmp = path.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    gpg(runner, key.homedir, "--local-user", key.key_id, "--detach-sign", "--output",
+        str(tmp), str(path), epoch=epoch)
+    os.replace(tmp, dest)
+    return dest
+
+
 def stop_agent(runner: Runner, homedir: Path) -> None:
     """gpg starts an agent per homedir; stop ours so no process outlives the build."""
     runner.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], check=False)

@@ -30,7 +30,7 @@ SAMPLE_KERNEL = "5.14.0-284.sample.el9.x86_64"
 CHECK_SCRIPT = "usr/lib/greenboot/check/required.d/40-microshift-running-check.sh"
 # Package source trees rendered into a sample commit, as if their RPMs were installed.
 SAMPLE_PACKAGES = (("core", "microshift-core"), ("networking-ovnk", "microshift-networking-ovnk"),
-                   ("core", "microshift-greenboot"))
+                   ("core", "microshift-greenboot"), ("update", "microshift-update"))
 MICROSHIFT_STANDIN = """#!/bin/sh
 # SAMPLE stand-in for the microshift binary (device simulation): the simulation models
 # MicroShift's behaviour itself; this file only makes the tree look installed.

@@ -28,7 +28,7 @@ from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo, TreeFile, delta_dir
 from builder.core.progress import human_bytes
-from builder.core.signing import SigningKey, stop_agent
+from builder.core.signing import SigningKey, sign_detached, signature_epoch, stop_agent
 from builder.core.steps import write_atomic
 from builder.publish.changes import changes_to
 from builder.publish.encodings import delta_encodings
@@ -114,6 +114,7 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
                 stop_agent(ctx.runner, options.key.homedir)
         if options.offline:
             _write_index(out_dir, ref, head, repo.metadata(head, "version"), paths)
+            _sign_index(ctx, out_dir, options.key)
         wall = time.monotonic() - started
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
                          round(wall, 2), jobs, ceiling,
@@ -218,6 +219,24 @@ def _large_files(directory: Path, superblock: Superblock, plan: PathPlan,
                                          old.size if old else None,
                                          encodings[new.checksum].kind)
     return tuple(sorted(listed.values(), key=lambda f: (-f.bytes, f.path)))
+
+
+def _sign_index(ctx: Context, out_dir: Path, key: SigningKey | None) -> None:
+    """index.json.sig: what devices' updaters believe the index by (builder/updater). The
+    signature time is pinned like the RPMs' and repomd.xml's, so a rerun writes it again
+    byte for byte."""
+    signature = out_dir / (INDEX + ".sig")
+    if key is None:
+        signature.unlink(missing_ok=True)
+        ctx.progress.warn(f"{out_dir / INDEX} is not signed (no --gpg-key): devices' "
+                          "updaters refuse an unsigned index")
+        return
+    try:
+        epoch = signature_epoch(ctx.runner, key, ctx.release.source_date_epoch)
+        sign_detached(ctx.runner, key, out_dir / INDEX, epoch)
+    finally:
+        stop_agent(ctx.runner, key.homedir)
+    ctx.progress.info(f"signed {out_dir / INDEX} with {key.key_id}")
 
 
 def _write_index(out_dir: Path, ref: str, head: str, version: str | None,

@@ -8,17 +8,21 @@ or `s3://bucket/prefix` through the aws CLI):
     sbom/REF/COMMIT.spdx.json       the SBOM of each published commit (kept for old commits)
     updates/REF/report.{json,txt}   the update report of each ref's head: delta sizes and
                                     what changed
+    updates/REF/index.json{,.sig}   the signed index of the delta files to the head, and the
+    updates/REF/FROM-TO.delta       files: what devices' microshift-update downloads
 
 The upload runs in three phases, in reverse order of what points to what (as
 ostree-releng-scripts' rsync-repos does):
   1. objects  objects/ and deltas/: content-addressed, so files already at the target are
               skipped, and nothing is deleted (devices may be mid-pull of older commits);
               detached commit metadata (signatures, *.commitmeta) is left to phase 2
-  2. metadata config, *.commitmeta, delta-indexes/, and sbom/ + updates/
+  2. metadata config, *.commitmeta, delta-indexes/, and sbom/ + updates/ (but the
+              update indexes)
   3. refs     refs/, then summary, then summary.sig (rsync --delay-updates puts them in
-              place together). summary before summary.sig: clients cache the summary keyed
-              by its signature, so a client that meets the new summary with the old
-              signature keeps using its cached (old, consistent) summary.
+              place together), then the update indexes, which name the new commits.
+              summary before summary.sig: clients cache the summary keyed by its
+              signature, so a client that meets the new summary with the old signature
+              keeps using its cached (old, consistent) summary.
 A publish interrupted anywhere leaves the target serving the old refs, all of whose objects
 are there; running it again completes it.
 
@@ -29,6 +33,7 @@ copied, and the summary regenerated (and signed) over all refs.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -39,9 +44,11 @@ from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
+from builder.publish.offline import INDEX, SUFFIX
 from builder.publish.sbom import described_commit
 
 PHASES = ("objects", "metadata", "refs")
+UPDATE_INDEX = (INDEX, INDEX + ".sig")
 RSYNC = ["rsync", "-rlpt", "--mkpath"]
 AWS_QUIET = ["--no-progress", "--only-show-errors"]
 
@@ -166,19 +173,29 @@ def stage_sboms(builds: Iterable[Path], dest: Path, refs: dict[str, str]) -> int
 
 
 def stage_reports(builds: Iterable[Path], dest: Path) -> int:
-    """updates/REF/report.{json,txt} from each build's DIR/deltas/REF/."""
+    """updates/REF/ from each build's DIR/deltas/REF/: report.{json,txt}, and what devices'
+    updaters fetch (builder/updater): index.json, index.json.sig and the delta files."""
     count = 0
     for build in builds:
         deltas = build / "deltas"
         for report in sorted(deltas.rglob("report.json")) if deltas.is_dir() else []:
             ref_dir = report.parent.relative_to(deltas)
-            for name in ("report.json", "report.txt"):
+            names = ["report.json", "report.txt", *UPDATE_INDEX,
+                     *sorted(p.name for p in report.parent.glob(f"*{SUFFIX}"))]
+            for name in names:
                 if (report.parent / name).is_file():
-                    target = dest / ref_dir / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(report.parent / name, target)
+                    _link_or_copy(report.parent / name, dest / ref_dir / name)
             count += 1
     return count
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """Delta files are large: a hard link stages them without a copy where it can."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 # --- the upload, phase by phase ---------------------------------------------------------
@@ -203,9 +220,14 @@ def _rsync_plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[l
         ("metadata", [into_repo("include=/config", "include=/objects/", "include=/objects/*/",
                                 "include=/objects/*/*.commitmeta",
                                 "include=/delta-indexes/***"),
-                      [*RSYNC, f"{extras}/", f"{target}/"]]),
+                      [*RSYNC, *(f"--exclude={name}" for name in UPDATE_INDEX), f"{extras}/",
+                       f"{target}/"]]),
+        # The update indexes name delta files and commits: they go with the refs, last.
         ("refs", [into_repo("include=/refs/***", "include=/summary", "include=/summary.sig",
-                            extra=("--delay-updates",))]),
+                            extra=("--delay-updates",)),
+                  [*RSYNC, "--delay-updates", "--include=*/",
+                   *(f"--include={name}" for name in UPDATE_INDEX), "--exclude=*",
+                   f"{extras}/", f"{target}/"]]),
     ]
 
 
@@ -228,8 +250,9 @@ def _s3_plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[list
                       *sync(repo / "objects", "repo/objects", "--exclude", "*", "--include",
                             "*.commitmeta"),
                       *sync(repo / "delta-indexes", "repo/delta-indexes"),
-                      *sync(extras, "")]),
+                      *sync(extras, "", "--exclude", "*/index.json*")]),
         ("refs", [*sync(repo / "refs", "repo/refs"),
                   *copy(repo / "summary", "repo/summary"),
-                  *copy(repo / "summary.sig", "repo/summary.sig")]),
+                  *copy(repo / "summary.sig", "repo/summary.sig"),
+                  *sync(extras, "", "--exclude", "*", "--include", "*/index.json*")]),
     ]

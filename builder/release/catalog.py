@@ -41,6 +41,9 @@ COMPONENTS: tuple[Component, ...] = (
     Component("greenboot", "microshift-greenboot",
               "Greenboot health checks and data rollback for MicroShift",
               services=("microshift-data-restore.service",)),
+    Component("update", "microshift-update",
+              "Over-the-air updates: signed static delta files over slow, metered links",
+              services=("microshift-update.timer",)),
     # Required by microshift-core: RHEL for Edge devices run SELinux enforcing.
     Component("selinux", "microshift-selinux", "SELinux policy module for MicroShift"),
     Component("release-info", "microshift-release-info",

@@ -43,7 +43,7 @@ SamplePayload = Literal["microshift", "microshift-etcd", "microshift-cleanup-dat
 SAMPLE_PAYLOADS: tuple[str, ...] = get_args(SamplePayload)
 # The keys of builder.release.catalog, spelled out so that type checkers see them.
 ComponentKey = Literal["core", "networking-ovnk", "networking-bridge", "storage-topolvm",
-                       "multus", "greenboot", "selinux", "release-info"]
+                       "multus", "greenboot", "update", "selinux", "release-info"]
 if get_args(ComponentKey) != tuple(BY_KEY):  # pragma: no cover - a catalog edit without this
     raise ImportError("builder.release.document.ComponentKey differs from the catalog")
 

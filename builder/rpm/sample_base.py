@@ -136,6 +136,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
         StandIn("lvm2", files={"/usr/share/doc/lvm2-sample/README": _text("lvm2")}),
         StandIn("containernetworking-plugins",
                 files={"/usr/share/doc/cni-sample/README": _text("CNI plugins")}),
+        StandIn("ostree", files={"/usr/share/doc/ostree-sample/README": _text("ostree")}),
+        StandIn("gnupg2", files={"/usr/share/doc/gnupg2-sample/README": _text("GnuPG")}),
         StandIn("jq", files={"/usr/share/doc/jq-sample/README": _text("jq")}),
         StandIn("curl", files={"/usr/share/doc/curl-sample/README": _text("curl")}),
     )

@@ -1,0 +1,182 @@
+"""One delta file, downloaded with HTTP range requests into a staging directory that survives
+reboots, resumed from its last byte after a cut, capped in bandwidth, checked by size and
+sha256 before anything applies it.
+
+    STAGING/FROM-TO.delta.part    the bytes so far (fsynced at every cut and every 4 MiB)
+    STAGING/download.json         what the part is of: url, bytes, sha256, to_commit
+
+A part is only resumed when download.json names the same file with the same size and
+sha256 (the index may have changed between two runs); otherwise it is discarded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from builder.core.errors import BuildError
+from builder.updater.index import DeltaFile, UpdateRefused
+
+CHUNK = 64 * 1024
+SYNC_EVERY = 4 * 1024 * 1024
+STATE = "download.json"
+CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+@dataclass(frozen=True)
+class Limits:
+    bytes_per_second: int = 0   # 0: no cap
+    retries: int = 10
+    retry_delay: float = 30.0
+    timeout: float = 60.0
+
+
+@dataclass
+class Transfer:
+    """What one download did, for the log and the report."""
+
+    resumed_from: int = 0       # bytes already staged when this run began
+    received: int = 0           # body bytes received by this run
+    requests: int = 0
+    interruptions: int = 0      # cuts survived (each resumed from the last byte)
+    restarts: int = 0           # the server ignored Range: bytes received again from 0
+
+
+class Download:
+    def __init__(self, staging: Path, url: str, delta: DeltaFile, limits: Limits,
+                 report: Callable[[int, int], None]) -> None:
+        self.staging = staging
+        self.url = url
+        self.delta = delta
+        self.limits = limits
+        self.report = report  # (bytes staged, bytes total): progress for the status file
+        self.part = staging / (delta.file + ".part")
+        self.transfer = Transfer()
+
+    def run(self) -> Path:
+        """The complete, verified file (renamed from .part); raises after the retries."""
+        self._prepare()
+        attempt = 0
+        while True:
+            have = self.part.stat().st_size
+            if have >= self.delta.size:
+                break
+            try:
+                self._get(have)
+            except (OSError, http.client.HTTPException, urllib.error.URLError) as exc:
+                attempt += 1
+                self.transfer.interruptions += 1
+                staged = self.part.stat().st_size
+                if attempt > self.limits.retries:
+                    raise BuildError(f"download of {self.delta.file} cut {attempt} times, "
+                                     f"{staged} of {self.delta.size} bytes staged: {exc}",
+                                     hint="the next run resumes from the last byte") from exc
+                time.sleep(min(self.limits.retry_delay * attempt, 600.0))
+        return self._verified()
+
+    def _prepare(self) -> None:
+        self.staging.mkdir(parents=True, exist_ok=True)
+        state = self.staging / STATE
+        wanted = {"url": self.url, **asdict(self.delta)}
+        try:
+            same = json.loads(state.read_text()) == wanted
+        except (OSError, ValueError):
+            same = False
+        if not same or not self.part.is_file() or self.part.stat().st_size > self.delta.size:
+            for leftover in self.staging.iterdir():
+                if leftover.is_file():
+                    leftover.unlink()
+            self.part.write_bytes(b"")
+            tmp = state.with_suffix(".new")
+            tmp.write_text(json.dumps(wanted, sort_keys=True) + "\n")
+            os.replace(tmp, state)
+        self.transfer.resumed_from = self.part.stat().st_size
+        self.report(self.transfer.resumed_from, self.delta.size)
+
+    def _get(self, offset: int) -> None:
+        request = urllib.request.Request(self.url, headers={"Range": f"bytes={offset}-"})
+        self.transfer.requests += 1
+        with urllib.request.urlopen(request, timeout=self.limits.timeout) as response:
+            if response.status == 200 and offset:
+                # The server ignored Range: take the whole body again from the start.
+                self.transfer.restarts += 1
+                offset = 0
+                self.part.write_bytes(b"")
+            elif response.status == 206:
+                self._check_range(response.headers.get("Content-Range", ""), offset)
+            elif response.status != 200:
+                raise UpdateRefused(f"GET {self.url}: HTTP {response.status}")
+            self._copy(response, offset)
+
+    def _check_range(self, header: str, offset: int) -> None:
+        match = CONTENT_RANGE.match(header.strip())
+        if match is None or int(match.group(1)) != offset or \
+                match.group(3) not in ("*", str(self.delta.size)):
+            raise UpdateRefused(f"GET {self.url}: Content-Range {header!r} does not continue "
+                                f"byte {offset} of a {self.delta.size}-byte file")
+
+    def _copy(self, response: http.client.HTTPResponse, offset: int) -> None:
+        cap = self.limits.bytes_per_second
+        chunk = min(CHUNK, max(1024, cap // 20)) if cap else CHUNK
+        started, sent = time.monotonic(), 0
+        unsynced = 0
+        with self.part.open("r+b") as out:
+            out.seek(offset)
+            out.truncate()
+            try:
+                while True:
+                    data = response.read(chunk)
+                    if not data:
+                        break
+                    if offset + len(data) > self.delta.size:
+                        raise UpdateRefused(f"GET {self.url}: more than the index's "
+                                            f"{self.delta.size} bytes")
+                    out.write(data)
+                    offset += len(data)
+                    sent += len(data)
+                    unsynced += len(data)
+                    self.transfer.received += len(data)
+                    if unsynced >= SYNC_EVERY:
+                        _sync(out)
+                        unsynced = 0
+                        self.report(offset, self.delta.size)
+                    if cap:  # a token bucket: never ahead of cap bytes per second
+                        ahead = sent / cap - (time.monotonic() - started)
+                        if ahead > 0:
+                            time.sleep(ahead)
+            finally:
+                _sync(out)
+                self.report(offset, self.delta.size)
+        if offset < self.delta.size:
+            raise ConnectionError(f"connection closed after byte {offset}")
+
+    def _verified(self) -> Path:
+        size = self.part.stat().st_size
+        digest = hashlib.sha256()
+        with self.part.open("rb") as handle:
+            for block in iter(lambda: handle.read(1024 * 1024), b""):
+                digest.update(block)
+        if size != self.delta.size or digest.hexdigest() != self.delta.sha256:
+            self.part.unlink()
+            raise UpdateRefused(f"{self.delta.file}: {size} bytes with sha256 "
+                                f"{digest.hexdigest()[:16]}..., the signed index says "
+                                f"{self.delta.size} bytes with {self.delta.sha256[:16]}...",
+                                hint="the staged copy was removed; the next run downloads "
+                                     "it again")
+        final = self.staging / self.delta.file
+        os.replace(self.part, final)
+        return final
+
+
+def _sync(handle: object) -> None:
+    handle.flush()  # type: ignore[attr-defined]
+    os.fsync(handle.fileno())  # type: ignore[attr-defined]

@@ -1,0 +1,203 @@
+"""One run of the updater, step by step, each step logged as one line."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from builder.core.errors import BuildError
+from builder.core.runner import Runner
+from builder.updater import apply
+from builder.updater.config import UpdateConfig
+from builder.updater.download import Download, Limits, Transfer
+from builder.updater.index import (
+    INDEX,
+    SIGNATURE,
+    DeltaFile,
+    Index,
+    UpdateRefused,
+    fetch_small,
+    parse_index,
+    verify_signature,
+)
+from builder.updater.status import STATE_DIR, Status, StatusFile
+from builder.updater.system import Booted, System
+
+STAGING = STATE_DIR / "staging"
+FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
+
+
+class Run:
+    def __init__(self, root: Path, config: UpdateConfig, runner: Runner,
+                 status_file: StatusFile, log: Callable[[str], None]) -> None:
+        self.system = System(root, runner)
+        self.config = config
+        self.status_file = status_file
+        self.log = log
+        self.status = Status()
+        self.method = ""
+        self.delta: DeltaFile | None = None
+        self.transfer = Transfer()
+        self.metadata_bytes = 0
+        self.rebooted = False
+
+    def report(self) -> dict[str, Any]:
+        return {"method": self.method or None, "state": self.status.state,
+                "target": self.status.target or None,
+                "delta_bytes": self.delta.size if self.delta else None,
+                "metadata_bytes": self.metadata_bytes,
+                "bytes_received": self.transfer.received, "requests": self.transfer.requests,
+                "resumed_from": self.transfer.resumed_from,
+                "interruptions": self.transfer.interruptions,
+                "restarts": self.transfer.restarts, "reboot_requested": self.rebooted}
+
+    def _set(self, state: str, detail: str = "", **fields: Any) -> None:
+        self.status.state, self.status.detail = state, detail
+        for key, value in fields.items():
+            setattr(self.status, key, value)
+        self.status_file.write(self.status)
+
+    def run(self) -> None:
+        booted = self.system.booted()
+        remote = self.config.remote or booted.remote
+        self._set("checking", f"{remote}:{booted.ref}", booted=booted.checksum)
+        self.log(f"booted {booted.checksum[:12]} of {remote}:{booted.ref}")
+        keyrings = self._keyrings(remote)
+        index = self._index(remote, booted, keyrings)
+        target = index.to_commit if index else None
+        if target == booted.checksum:
+            self._set("idle", f"up to date: {booted.checksum[:12]} is the newest commit of "
+                              f"{booted.ref}")
+            self.log(self.status.detail)
+            return
+        if target is not None and apply.pending(self.system) == target:
+            self._set("staged", target=target, target_version=index.to_version if index else "")
+            self.log(f"{target[:12]} is already staged")
+            self._maybe_reboot()
+            return
+        commit = self._fetch(index, booted, remote, keyrings)
+        if not self.config.allow_downgrade:
+            apply.check_not_older(self.system, booted, commit)
+        apply.stage(self.system, booted, remote, commit)
+        shutil.rmtree(self.system.root / STAGING, ignore_errors=True)
+        self._set("staged", target=commit,
+                  target_version=index.to_version if index and index.to_version else "")
+        self.log(f"staged {commit[:12]} ({self.method}); it boots at the next reboot, "
+                 "and greenboot keeps it only if its health checks pass")
+        self._maybe_reboot()
+
+    def _keyrings(self, remote: str) -> list[Path]:
+        if self.system.remote_option(remote, "gpg-verify") == "false":
+            raise UpdateRefused(f"remote {remote!r} has gpg-verify=false: microshift-update "
+                                "installs signed commits only",
+                                hint="add the remote with gpg-verify=true and the release key")
+        return self.system.key_files(remote)
+
+    def updates_url(self, remote: str, ref: str) -> str:
+        base = self.config.updates_url
+        if not base:
+            url = self.system.remote_option(remote, "url")
+            if url is None or not url.startswith(("http://", "https://")):
+                raise BuildError(f"remote {remote!r} has no http(s) URL ({url})",
+                                 hint="set updates_url in /etc/microshift/update.yaml")
+            base = url.rstrip("/").rsplit("/", 1)[0] + "/updates/"
+        return f"{base}{ref}/"
+
+    def _index(self, remote: str, booted: Booted, keyrings: list[Path]) -> Index | None:
+        base = self.updates_url(remote, booted.ref)
+        timeout = float(self.config.timeout_seconds)
+        index = fetch_small(base + INDEX, timeout)
+        if index is None:
+            self.log(f"no update index at {base + INDEX}: falling back to ostree pull")
+            return None
+        signature = fetch_small(base + SIGNATURE, timeout)
+        if signature is None:
+            raise UpdateRefused(f"{base + INDEX} has no signature ({SIGNATURE})",
+                                hint="publish the index with `deltas --gpg-key ...`")
+        self.metadata_bytes += len(index.data) + len(signature.data)
+        key = verify_signature(self.system.runner, index.data, signature.data, keyrings,
+                               base + INDEX)
+        parsed = parse_index(index.data, booted.ref, base + INDEX)
+        self.log(f"index {base + INDEX}: signed by {key[-16:]}, newest "
+                 f"{parsed.to_commit[:12]} ({parsed.to_version or 'no version'}), "
+                 f"{len(parsed.files)} delta files")
+        return parsed
+
+    def _fetch(self, index: Index | None, booted: Booted, remote: str,
+               keyrings: list[Path]) -> str:
+        delta = index.delta_from(booted.checksum) if index else None
+        if index is not None and delta is None:
+            self.log(f"no delta file from {booted.checksum[:12]}: falling back to ostree pull")
+        if delta is not None and delta.size > self.config.staging_max_bytes:
+            raise UpdateRefused(f"{delta.file} is {delta.size} bytes, over staging_max_bytes "
+                                f"{self.config.staging_max_bytes}",
+                                hint="raise staging_max_bytes in /etc/microshift/update.yaml")
+        if delta is None:
+            self.method = "pull"
+            self._set("downloading", f"ostree pull {remote}:{booted.ref}", method="pull",
+                      target=index.to_commit if index else "")
+            return apply.pull(self.system, remote, booted.ref)
+        self.method, self.delta = "delta-file", delta
+        staged = self._download(index, delta, remote, booted)
+        self._set("applying", f"{delta.file}")
+        self.log(f"applying {delta.file} offline")
+        apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings)
+        return delta.to_commit
+
+    def _download(self, index: Index | None, delta: DeltaFile, remote: str,
+                  booted: Booted) -> Path:
+        staging = self.system.root / STAGING
+        _check_space(staging, delta)
+        url = self.updates_url(remote, booted.ref) + delta.file
+        self._set("downloading", url, method="delta-file", target=delta.to_commit,
+                  target_version=index.to_version if index and index.to_version else "",
+                  bytes_total=delta.size)
+        config = self.config
+        limits = Limits(config.max_bytes_per_second, config.retries,
+                        float(config.retry_delay_seconds), float(config.timeout_seconds))
+        download = Download(staging, url, delta, limits, self._progress)
+        self.transfer = download.transfer
+        started = time.monotonic()
+        self.log(f"downloading {url} ({delta.size} bytes"
+                 + (f", capped at {config.max_bytes_per_second} B/s" if
+                    config.max_bytes_per_second else "") + ")")
+        try:
+            path = download.run()
+        finally:
+            self.log(f"download: {self.transfer.received} bytes in {self.transfer.requests} "
+                     f"requests, {self.transfer.interruptions} cuts resumed, resumed from "
+                     f"{self.transfer.resumed_from}, {time.monotonic() - started:.1f}s")
+        self.log(f"{delta.file}: size and sha256 match the signed index")
+        return path
+
+    def _progress(self, done: int, total: int) -> None:
+        self.status.bytes_done, self.status.bytes_total = done, total
+        self.status_file.write(self.status)
+
+    def _maybe_reboot(self) -> None:
+        config = self.config
+        if not config.reboot:
+            return
+        now = time.localtime()
+        minute = now.tm_hour * 60 + now.tm_min
+        window = config.maintenance_window
+        if window is not None and not window.contains(minute):
+            self.log(f"the reboot waits for the maintenance window {window.text()}")
+            return
+        self.log("rebooting into the staged deployment")
+        self.rebooted = True
+        self.system.runner.run(["systemctl", "reboot"])
+
+
+def _check_space(staging: Path, delta: DeltaFile) -> None:
+    staging.mkdir(parents=True, exist_ok=True)
+    part = staging / (delta.file + ".part")
+    have = part.stat().st_size if part.is_file() else 0
+    free = shutil.disk_usage(staging).free
+    if free - FREE_MARGIN < delta.size - have:
+        raise BuildError(f"{staging}: {free} bytes free, the delta file needs "
+                         f"{delta.size - have} more (and {FREE_MARGIN} left free)",
+                         hint="free space on /var")
