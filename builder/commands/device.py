@@ -11,7 +11,7 @@ from builder.commands.options import add_build_dir
 from builder.context import Context
 from builder.core.errors import InputError
 
-SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull")
+SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull", "lte-update")
 
 
 def register(sub: Any) -> None:
@@ -29,16 +29,22 @@ def register(sub: Any) -> None:
     _source(install)
     install.add_argument("--ref", required=True, help="ref to install")
     install.add_argument("--commit", help="install this commit of the ref (default: its head)")
+    install.add_argument("--trust", type=Path, metavar="KEY.asc",
+                         help="public GPG key the device's remote verifies commits and update "
+                              "indexes with (e.g. BUILD_DIR/gpg/SAMPLE-signing-key.asc)")
     install.add_argument("--wait-timeout", type=int, metavar="SECONDS",
                          help="MICROSHIFT_WAIT_TIMEOUT_SEC for the device's greenboot.conf")
     install.add_argument("--max-boot-attempts", type=int, metavar="N",
                          help="GREENBOOT_MAX_BOOT_ATTEMPTS for the device's greenboot.conf")
     install.set_defaults(func=cmd_install)
 
-    upgrade = actions.add_parser("upgrade", help="pull the ref's new head over HTTP and stage it")
+    upgrade = actions.add_parser(
+        "upgrade", help="run the booted deployment's microshift-update (or ostree pull) "
+                        "against the published repo over HTTP and stage the update")
     _sysroot(upgrade, required=True)
     _source(upgrade)
     _link(upgrade)
+    _update_options(upgrade)
     upgrade.set_defaults(func=cmd_upgrade)
 
     boot = actions.add_parser("boot", help="boot once: grub, greenboot checks, green.d/red.d")
@@ -74,6 +80,21 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     simulate.add_argument("--report-json", type=Path, help="write the outcome as JSON here")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
+
+
+def _update_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--method", choices=("updater", "pull"), default="updater",
+                        help="updater: the shipped microshift-update (signed index, delta "
+                             "file, resumed download; default); pull: plain `ostree pull`")
+    parser.add_argument("--interruptions", type=int, default=0, metavar="K",
+                        help="cut the link K times at random points of the delta file")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="where the cuts fall (default: 0, reproducible)")
+    parser.add_argument("--max-bytes-per-second", type=int, default=0, metavar="N",
+                        help="the updater's bandwidth cap, set in the device's update.yaml")
+    parser.add_argument("--report", type=Path, metavar="FILE.json",
+                        help="write method, bytes_on_wire, delta_bytes, interruptions and "
+                             "seconds as JSON here")
 
 
 def _sysroot(parser: argparse.ArgumentParser, *, required: bool) -> None:
@@ -147,20 +168,66 @@ def cmd_install(ctx: Context, args: argparse.Namespace) -> int:
             raise InputError("--max-boot-attempts", "", "must be 1..9")
         conf["GREENBOOT_MAX_BOOT_ATTEMPTS"] = str(args.max_boot_attempts)
     with ctx.progress.step(f"device install {args.ref}"):
-        deployment = device.install(_source_arg(args.repo), args.ref, args.commit)
+        if args.trust is not None and not args.trust.is_file():
+            raise InputError("--trust", "", f"{args.trust} does not exist")
+        deployment = device.install(_source_arg(args.repo), args.ref, args.commit,
+                                    gpg_key=args.trust)
         if conf:
             device.write_greenboot_conf(deployment, conf)
     return 0
 
 
 def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
+    import json
+
     from builder.device.sysroot import Device
+    from builder.device.update import UpdateOptions, run_updater
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
-    with ctx.progress.step("device upgrade"):
-        report, _ = device.upgrade(_source_arg(args.repo), _link_options(args))
-        ctx.progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
+    if args.interruptions < 0 or args.max_bytes_per_second < 0:
+        raise InputError("--interruptions/--max-bytes-per-second", "", "must not be negative")
+    source = _source_arg(args.repo)
+    with ctx.progress.step(f"device upgrade ({args.method})"):
+        if args.method == "pull":
+            transfer, _ = device.upgrade(source, _link_options(args))
+            ctx.progress.info(f"transfer: {transfer.text()}; ostree: {transfer.ostree_summary}")
+            document = {"method": "pull", "bytes_on_wire": transfer.body_bytes,
+                        "delta_bytes": transfer.delta_bytes, "interruptions": 0,
+                        "seconds": round(transfer.seconds, 3),
+                        "wire_frame_bytes": transfer.wire_bytes}
+        else:
+            if not isinstance(source, Path):
+                raise InputError("--repo", "", "the updater runs against a served directory",
+                                 hint="give the published repo directory")
+            options = UpdateOptions(_link_options(args), args.interruptions, args.seed,
+                                    _sim_config(args.max_bytes_per_second))
+            report, _ = run_updater(device, source, options)
+            ctx.progress.info(f"transfer: {report.text()}")
+            document = report.to_dict()
+    if args.report:
+        args.report.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return 0
+
+
+def _lte_defaults(ctx: Context, args: argparse.Namespace) -> None:
+    """lte-update: a 5 Mbit/s link unless --rate says otherwise (when namespaces can be made
+    here), and a 2 MiB update so the transfer is long enough to cut and to time."""
+    from builder.device.netlink import netns_unavailable_reason
+
+    if args.rate is None:
+        reason = netns_unavailable_reason(ctx.runner)
+        if reason is None:
+            args.rate = "5mbit"
+        else:
+            ctx.progress.warn(f"lte-update runs unthrottled: {reason}")
+    if args.payload_kib == 256:
+        args.payload_kib = 2048
+
+
+def _sim_config(cap: int) -> dict[str, object]:
+    """update.yaml values for the simulation: resume at once after a cut (the device's
+    default waits 30 s between attempts), and the bandwidth cap when one is asked for."""
+    return {"retry_delay_seconds": 0, "timeout_seconds": 20, "max_bytes_per_second": cap}
 
 
 def cmd_boot(ctx: Context, args: argparse.Namespace) -> int:
@@ -208,6 +275,8 @@ def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
     if args.payload_kib < 0:
         raise InputError("--payload-kib", "", "must not be negative")
     work = (args.work_dir or ctx.path("device-sim", args.scenario)).resolve()
+    if args.scenario == "lte-update":
+        _lte_defaults(ctx, args)
     options = SimOptions(work_dir=work, wait_timeout=args.wait_timeout, link=_link_options(args))
     with ctx.progress.step(f"device simulate {args.scenario}: commits"):
         pair = None if args.sample else find_update_pair(ctx, args.ref)

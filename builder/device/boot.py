@@ -60,6 +60,9 @@ case "$1" in
         echo "${state}"
         [ "${state}" = failed ]
         ;;
+    reboot)
+        touch "${MICROSHIFT_ROOT}/run/device-sim/reboot-requested"
+        ;;
     *)
         echo "systemctl (simulation stand-in): '$1' is not simulated" >&2
         exit 1
@@ -157,8 +160,12 @@ def mount_root(device: Device, deployment: Deployment) -> Path:
         (root / name).symlink_to(target)
     (root / "run/device-sim/units").mkdir(parents=True)
     (root / "run/ostree-booted").touch()
+    # What ostree-prepare-root reads: the kernel command line names the booted deployment.
+    (root / "proc").mkdir()
+    (root / "proc/cmdline").write_text(
+        f"BOOT_IMAGE=(simulated) ostree=/{deployment.path.relative_to(device.sysroot)}\n")
     boot_id = root / "proc/sys/kernel/random/boot_id"
-    boot_id.parent.mkdir(parents=True)
+    boot_id.parent.mkdir(parents=True, exist_ok=True)
     boot_id.write_text(f"{uuid.uuid4()}\n")
     # systemd-tmpfiles: /var is not in the commit; MicroShift's state directories.
     for rel in ("var/lib/microshift", "var/lib/microshift-backups"):

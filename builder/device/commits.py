@@ -20,8 +20,17 @@ from pathlib import Path
 from builder.components.service import LINK, MANIFESTS
 from builder.context import Context
 from builder.core.errors import BuildError
-from builder.core.ostree import Repo
+from builder.core.ostree import Repo, delta_dir
+from builder.core.signing import (
+    SAMPLE_PUBLIC_KEY,
+    SigningKey,
+    ensure_sample_key,
+    sign_detached,
+    stop_agent,
+)
+from builder.core.steps import write_atomic
 from builder.core.templates import render_source_tree
+from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
 from builder.release.samples import write_payload_standin
 from builder.release.template_context import component_context
 
@@ -50,6 +59,7 @@ class UpdatePair:
     v1: str
     v2: str
     source: str  # "compose" or "sample"
+    public_key: Path | None = None  # what the device trusts for its remote (signed commits)
 
 
 def sample_version(ctx: Context, number: int) -> str:
@@ -79,30 +89,52 @@ def find_update_pair(ctx: Context, ref: str | None) -> UpdatePair | None:
         raise BuildError(f"{repo.path}: {ref} has no head with a parent commit to upgrade from",
                          hint="compose the image twice (v1, then v2), or drop --ref to use "
                               "the simulation's own SAMPLE commits")
-    return UpdatePair(repo.path, refs[0], parent, head, "compose")
+    key = ctx.path("gpg", SAMPLE_PUBLIC_KEY)
+    return UpdatePair(repo.path, refs[0], parent, head, "compose",
+                      key if key.is_file() else None)
 
 
 def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> UpdatePair:
-    """Two SAMPLE commits on SAMPLE_REF in an archive repo, plus the v1 -> v2 static delta."""
+    """Two signed SAMPLE commits on SAMPLE_REF in an archive repo, the v1 -> v2 static delta,
+    and what `deltas` publishes for devices' updaters beside the repo: updates/REF/ with the
+    delta file and the signed index (the SAMPLE key lives in gpg/ beside the repo)."""
     repo = Repo(repo_path, ctx.runner)
     repo.init("archive")
     epoch = ctx.release.source_date_epoch
+    key = ensure_sample_key(ctx.runner, ctx.progress, repo_path.parent / "gpg", epoch)
     commits: list[str] = []
-    with tempfile.TemporaryDirectory(prefix=".sample-tree-", dir=repo_path.parent) as scratch:
-        parent: str | None = None
-        for number in (1, 2):
-            tree = Path(scratch) / f"v{number}"
-            write_sample_tree(ctx, tree, number, payload_bytes)
-            version = sample_version(ctx, number)
-            parent = repo.commit(tree, subject=f"MicroShift device simulation {version} (SAMPLE)",
-                                 timestamp=epoch + number, parent=parent, bind_ref=SAMPLE_REF,
-                                 metadata={"version": version})
-            commits.append(parent)
-    repo.set_ref(SAMPLE_REF, commits[1])
-    if f"{commits[0]}-{commits[1]}" not in repo.delta_list():
-        repo.delta_generate(commits[1], commits[0])
-    repo.summary_update()
-    return UpdatePair(repo_path, SAMPLE_REF, commits[0], commits[1], "sample")
+    try:
+        with tempfile.TemporaryDirectory(prefix=".sample-tree-", dir=repo_path.parent) as tmp:
+            parent: str | None = None
+            for number in (1, 2):
+                tree = Path(tmp) / f"v{number}"
+                write_sample_tree(ctx, tree, number, payload_bytes)
+                version = sample_version(ctx, number)
+                parent = repo.commit(tree, subject=f"MicroShift device simulation {version} "
+                                     "(SAMPLE)", timestamp=epoch + number, parent=parent,
+                                     bind_ref=SAMPLE_REF, metadata={"version": version},
+                                     gpg=key)
+                commits.append(parent)
+        repo.set_ref(SAMPLE_REF, commits[1])
+        if f"{commits[0]}-{commits[1]}" not in repo.delta_list():
+            repo.delta_generate(commits[1], commits[0], extra=["--min-fallback-size=0"])
+        _publish_update(ctx, repo, commits, key, repo_path.parent / "updates" / SAMPLE_REF)
+        repo.summary_update(key)
+    finally:
+        stop_agent(ctx.runner, key.homedir)
+    return UpdatePair(repo_path, SAMPLE_REF, commits[0], commits[1], "sample",
+                      key.homedir / SAMPLE_PUBLIC_KEY)
+
+
+def _publish_update(ctx: Context, repo: Repo, commits: list[str], key: SigningKey,
+                    out: Path) -> None:
+    """updates/REF/: the v1 -> v2 delta file and index.json with its signature."""
+    v1, v2 = commits
+    out.mkdir(parents=True, exist_ok=True)
+    offline = write_offline_file(delta_dir(repo.path, v1, v2), out / offline_name(v1, v2),
+                                 sample_version(ctx, 1))
+    write_atomic(out / INDEX, index_json(SAMPLE_REF, v2, sample_version(ctx, 2), [offline]))
+    sign_detached(ctx.runner, key, out / INDEX, ctx.release.source_date_epoch)
 
 
 def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int) -> None:

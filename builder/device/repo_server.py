@@ -1,19 +1,24 @@
 """Serve a published ostree repository over HTTP to the simulated device.
 
-A plain static file server (like `python -m http.server`), plus what the link simulation
-needs: a per-request delay that models the link's round trip on the serving side (the `tbf`
-qdisc shapes rate but cannot delay), a switch that cuts transfers mid-way (the link drops), and
-counters of requests and bytes served.
+A plain static file server (like `python -m http.server`, with single-range requests as
+nginx or Apache answer them), plus what the link simulation needs: a per-request delay that
+models the link's round trip on the serving side (the `tbf` qdisc shapes rate but cannot
+delay), switches that cut transfers mid-way (the link drops: after N bytes, or at given
+offsets of the delta files), and counters of requests, bytes and the byte ranges served.
+
+The repository is served at /, or, with `mounts`, as a published site is laid out
+(builder/publish/upload.py): /repo/ and /updates/ from their own directories.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,22 +28,39 @@ from builder.core.http_thread import ServedInThread
 CHUNK = 64 * 1024
 
 
+RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
 @dataclass
 class ServeStats:
     requests: int = 0
     body_bytes: int = 0
     cut_transfers: int = 0
+    # (path, first byte, bytes) of every response body served from a .delta file
+    delta_ranges: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def duplicate_delta_bytes(self) -> int:
+        """Bytes of delta files served more than once (a resume that re-fetched)."""
+        seen: dict[str, list[tuple[int, int]]] = {}
+        duplicate = 0
+        for path, start, length in self.delta_ranges:
+            spans = seen.setdefault(path, [])
+            for first, end in spans:
+                duplicate += max(0, min(end, start + length) - max(first, start))
+            spans.append((start, start + length))
+        return duplicate
 
 
 class _RepoHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, root: Path, address: tuple[str, int]) -> None:
+    def __init__(self, mounts: dict[str, Path], address: tuple[str, int]) -> None:
         super().__init__(address, _RepoHandler)
-        self.root = root.resolve()
+        self.mounts = {prefix: path.resolve() for prefix, path in mounts.items()}
         self.latency = 0.0
         self.cut_after: int | None = None  # bytes of body served before the link drops
+        self.cut_points: list[int] = []    # offsets in .delta files where the link drops
         self.stats = ServeStats()
         self.lock = threading.Lock()
 
@@ -64,26 +86,59 @@ class _RepoHandler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         size = path.stat().st_size
-        self.send_response(200)
+        span = self._range(size)
+        if span is None:
+            return
+        start, end = span
+        partial = (start, end) != (0, size)
+        self.send_response(206 if partial else 200)
         self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Content-Length", str(size))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("Content-Length", str(end - start))
+        if partial:
+            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         self.end_headers()
         if send_body:
             with path.open("rb") as handle:
-                self._copy(handle)
+                handle.seek(start)
+                self._copy(handle, path, start, end)
 
-    def _copy(self, handle: Any) -> None:
+    def _range(self, size: int) -> tuple[int, int] | None:
+        """(first byte, end) to send; None when a 416 was answered."""
+        header = self.headers.get("Range")
+        if not header:
+            return 0, size
+        match = RANGE.match(header.strip())
+        if match is None:
+            return 0, size  # a form this server does not serve: the whole file, as 200
+        start = int(match.group(1))
+        end = min(size, int(match.group(2)) + 1) if match.group(2) else size
+        if start >= size or start >= end:
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return start, end
+
+    def _copy(self, handle: Any, path: Path, start: int, end: int) -> None:
         srv = self.server
-        while chunk := handle.read(CHUNK):
+        is_delta = path.suffix == ".delta"
+        offset = start
+        while offset < end:
+            chunk = handle.read(min(CHUNK, end - offset))
+            if not chunk:
+                break
             with srv.lock:
-                allowed = len(chunk)
-                if srv.cut_after is not None:
-                    allowed = max(0, min(allowed, srv.cut_after - srv.stats.body_bytes))
+                allowed = self._allowed(len(chunk), offset if is_delta else None)
                 srv.stats.body_bytes += allowed
+                if is_delta:
+                    srv.stats.delta_ranges.append((path.name, offset, allowed))
                 if allowed < len(chunk):
                     srv.stats.cut_transfers += 1
             if allowed:
                 self.wfile.write(chunk[:allowed])
+            offset += allowed
             if allowed < len(chunk):
                 # The link dropped: end the connection with the body incomplete.
                 self.wfile.flush()
@@ -91,12 +146,30 @@ class _RepoHandler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
 
+    def _allowed(self, length: int, offset: int | None) -> int:
+        """How much of the next `length` bytes go out before the link drops (lock held)."""
+        srv = self.server
+        allowed = length
+        if srv.cut_after is not None:
+            allowed = max(0, min(allowed, srv.cut_after - srv.stats.body_bytes))
+        if offset is not None:
+            for point in srv.cut_points:
+                if offset <= point < offset + allowed:
+                    srv.cut_points.remove(point)
+                    allowed = point - offset
+                    break
+        return allowed
+
     def _resolve(self) -> Path | None:
         rel = self.path.split("?", 1)[0].lstrip("/")
-        path = (self.server.root / rel).resolve()
-        if not path.is_relative_to(self.server.root) or not path.is_file():
+        for prefix, base in sorted(self.server.mounts.items(), key=lambda m: -len(m[0])):
+            if prefix and rel != prefix and not rel.startswith(prefix + "/"):
+                continue
+            path = (base / rel[len(prefix):].lstrip("/")).resolve()
+            if path.is_relative_to(base) and path.is_file():
+                return path
             return None
-        return path
+        return None
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: the simulation reports totals, not every object fetched."""
@@ -110,15 +183,18 @@ class RepoServer(ServedInThread):
     """
 
     def __init__(self, root: Path, host: str = "127.0.0.1", port: int = 0, *,
-                 latency: float = 0.0,
+                 latency: float = 0.0, updates: Path | None = None,
                  make_server: Callable[[Callable[[], _RepoHTTPServer]], _RepoHTTPServer]
                  | None = None) -> None:
         if not (root / "config").is_file():
             from builder.core.errors import BuildError
             raise BuildError(f"{root} is not an ostree repository (no config file)")
+        # With an updates directory, serve the published layout: /repo/ and /updates/.
+        mounts = {"": root} if updates is None else {"repo": root, "updates": updates}
+        self.repo_path = "" if updates is None else "repo/"
 
         def factory() -> _RepoHTTPServer:
-            return _RepoHTTPServer(root, (host, port))
+            return _RepoHTTPServer(mounts, (host, port))
 
         httpd = make_server(factory) if make_server else factory()
         httpd.latency = latency
@@ -127,12 +203,20 @@ class RepoServer(ServedInThread):
 
     @property
     def url(self) -> str:
-        return super().url + "/"
+        """The repository's URL (what a device's ostree remote points at)."""
+        return super().url + "/" + self.repo_path
 
     @property
     def stats(self) -> ServeStats:
         with self._httpd.lock:
-            return ServeStats(**vars(self._httpd.stats))
+            current = self._httpd.stats
+            return ServeStats(current.requests, current.body_bytes, current.cut_transfers,
+                              list(current.delta_ranges))
+
+    def cut_delta_at(self, offsets: list[int]) -> None:
+        """Drop the link once at each offset of a .delta file's bytes as they are served."""
+        with self._httpd.lock:
+            self._httpd.cut_points = sorted(offsets)
 
     def drop_link_after(self, nbytes: int | None) -> None:
         """Cut every transfer once `nbytes` of body have been served; None restores the link."""

@@ -20,6 +20,7 @@ from builder.device.boot import BootReport, boot
 from builder.device.commits import UpdatePair, check_tree_is_simulatable
 from builder.device.health_server import ApiServer, Health
 from builder.device.sysroot import Device, LinkOptions, PullFailed, TransferReport
+from builder.device.update import UpdateOptions, UpdateReport, run_updater
 
 MARKER = "var/lib/microshift/marker"
 MARKER_TEXT = "written on v1 before the upgrade\n"
@@ -31,7 +32,8 @@ class Scenario:
     name: str
     description: str
     v2_health: Callable[[float], Health]   # base timeout -> v2's MicroShift model
-    interrupt_pull: bool = False
+    interrupt_pull: bool = False   # a plain `ostree pull` whose link drops
+    cuts: int = 0                  # the updater's link drops this many times in the delta
 
 
 SCENARIOS = {s.name: s for s in (
@@ -41,8 +43,12 @@ SCENARIOS = {s.name: s for s in (
              lambda base: Health(ready_after=None)),
     Scenario("slow-update", "v2 is ready after 1.5x the base timeout: the retry's longer "
              "timeout covers it, no rollback", lambda base: Health(ready_after=1.5 * base)),
-    Scenario("interrupted-pull", "the link drops mid-pull: v1 keeps running, a retry "
-             "completes", lambda base: Health(), interrupt_pull=True),
+    Scenario("interrupted-pull", "a plain ostree pull (no updater): the link drops "
+             "mid-pull, v1 keeps running, a retry completes", lambda base: Health(),
+             interrupt_pull=True),
+    Scenario("lte-update", "the shipped updater over a throttled link cut 5 times: only the "
+             "delta file crosses it, each cut resumes, v2 is staged and boots",
+             lambda base: Health(), cuts=5),
 )}
 
 
@@ -61,6 +67,7 @@ class Outcome:
     checks: list[tuple[str, bool]] = field(default_factory=list)
     boots: list[BootReport] = field(default_factory=list)
     transfers: list[TransferReport] = field(default_factory=list)
+    updates: list[UpdateReport] = field(default_factory=list)
     failed_pull: str | None = None
     ovn_cleanups: int = 0  # red.d runs of microshift-cleanup-data --ovn
 
@@ -90,13 +97,9 @@ def run_scenario(ctx: Context, scenario: Scenario, pair: UpdatePair,
         with progress.step(f"{scenario.name}: upgrade to v2 over HTTP"):
             if scenario.interrupt_pull:
                 _interrupted_pull(device, pair, options, api, outcome)
-            report, deployment = device.upgrade(pair.repo, options.link)
-            check_tree_is_simulatable(deployment.path)
-            outcome.transfers.append(report)
-            progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
-            if report.expected_seconds() is not None:
-                outcome.expect("the throttled transfer took bytes-on-the-wire / rate + latency "
-                               "(within 1.3x)", report.within(1.3))
+                _pull_upgrade(device, pair, options, outcome)
+            else:
+                _updater_upgrade(device, pair, scenario, options, outcome)
         with progress.step(f"{scenario.name}: boot v2 ({health[pair.v2].describe()})"):
             outcome.boots += boot_until_settled(device, api, health)
     outcome.ovn_cleanups = sum(b.ovn_cleanup for b in outcome.boots)
@@ -106,9 +109,48 @@ def run_scenario(ctx: Context, scenario: Scenario, pair: UpdatePair,
     return outcome
 
 
+def _pull_upgrade(device: Device, pair: UpdatePair, options: SimOptions,
+                  outcome: Outcome) -> None:
+    report, deployment = device.upgrade(pair.repo, options.link)
+    check_tree_is_simulatable(deployment.path)
+    outcome.transfers.append(report)
+    device.progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
+    if report.expected_seconds() is not None:
+        outcome.expect("the throttled transfer took bytes-on-the-wire / rate + latency "
+                       "(within 1.3x)", report.within(1.3))
+
+
+def _updater_upgrade(device: Device, pair: UpdatePair, scenario: Scenario,
+                     options: SimOptions, outcome: Outcome) -> None:
+    """v1's own microshift-update stages v2, as its timer would run it."""
+    config = {"retry_delay_seconds": 0, "timeout_seconds": 20}
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(
+        options.link, scenario.cuts, seed=len(scenario.name), config=config))
+    check_tree_is_simulatable(deployment.path)
+    outcome.updates.append(report)
+    device.progress.info(f"transfer: {report.text()}")
+    outcome.expect("the updater staged v2 from the signed delta file (method delta-file)",
+                   report.method == "delta-file" and deployment.checksum == pair.v2)
+    if report.delta_bytes:
+        outcome.expect(f"bytes on the wire <= {1.05 if scenario.cuts else 1.02}x the delta "
+                       f"file ({report.ratio():.3f}x)",
+                       report.bytes_on_wire <= (1.05 if scenario.cuts else 1.02)
+                       * report.delta_bytes)
+    if scenario.cuts:
+        outcome.expect(f"the link was cut {scenario.cuts} times and every cut resumed from "
+                       "its last byte (no delta byte sent twice)",
+                       report.interruptions == scenario.cuts == report.resumed
+                       and report.duplicate_delta_bytes == 0)
+    expected = report.expected_download_seconds()
+    if expected and report.download_seconds:
+        outcome.expect(f"the throttled download took <= 1.1x delta bytes / rate "
+                       f"({report.download_seconds / expected:.2f}x)",
+                       report.download_seconds <= 1.1 * expected)
+
+
 def _install_v1(device: Device, pair: UpdatePair, options: SimOptions) -> None:
     device.init(options.osname)
-    deployment = device.install(pair.repo, pair.ref, commit=pair.v1)
+    deployment = device.install(pair.repo, pair.ref, commit=pair.v1, gpg_key=pair.public_key)
     check_tree_is_simulatable(deployment.path)
     device.write_greenboot_conf(deployment, {
         "GREENBOOT_MAX_BOOT_ATTEMPTS": str(options.max_boot_attempts),
@@ -202,4 +244,5 @@ def outcome_json(outcome: Outcome) -> str:
         "transfers": [{"seconds": round(t.seconds, 3), "body_bytes": t.body_bytes,
                        "wire_bytes": t.wire_bytes, "requests": t.requests,
                        "expected_seconds": t.expected_seconds()} for t in outcome.transfers],
+        "updates": [u.to_dict() for u in outcome.updates],
     }, indent=2)

@@ -153,14 +153,27 @@ class Device:
         self.grubenv.write({})
         self.progress.info(f"device {self.sysroot}: empty sysroot, OS {osname}")
 
-    def install(self, source: Path | str, ref: str, commit: str | None = None) -> Deployment:
-        """Factory imaging: pull `ref` (at `commit` if given) and deploy it as the only OS."""
+    def install(self, source: Path | str, ref: str, commit: str | None = None,
+                gpg_key: Path | None = None) -> Deployment:
+        """Factory imaging: pull `ref` (at `commit` if given) and deploy it as the only OS.
+
+        With `gpg_key`, the device trusts that public key for its remote as the kickstart
+        sets it up (gpg-verify=true, gpgkeypath=/etc/pki/ostree/REMOTE.gpg; here the key is
+        kept in the device's state directory) and the pull already verifies the commit."""
         config = self.config()
         if self.deployments():
             raise BuildError(f"device {self.sysroot} is already installed",
                              hint="use `device upgrade`, or init a new device")
         url = source if isinstance(source, str) else f"file://{Path(source).resolve()}"
         self.repo.remote_add(REMOTE, url)
+        if gpg_key is not None:
+            trusted = self.state_dir / "pki" / f"{REMOTE}.gpg"
+            trusted.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(gpg_key, trusted)
+            for option in ("gpg-verify=true", f"gpgkeypath={trusted}"):
+                key, value = option.split("=", 1)
+                self.runner.run(["ostree", f"--repo={self.repo.path}", "config", "set",
+                                 f'remote "{REMOTE}".{key}', value])
         self.runner.run(["ostree", f"--repo={self.repo.path}", "pull", REMOTE,
                          f"{ref}@{commit}" if commit else ref])
         self._save_config(DeviceConfig(config.osname, ref))

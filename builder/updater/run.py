@@ -27,6 +27,7 @@ from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
 
 STAGING = STATE_DIR / "staging"
+ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
 FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
 
 
@@ -42,6 +43,7 @@ class Run:
         self.delta: DeltaFile | None = None
         self.transfer = Transfer()
         self.metadata_bytes = 0
+        self.download_seconds: float | None = None
         self.rebooted = False
 
     def report(self) -> dict[str, Any]:
@@ -52,7 +54,8 @@ class Run:
                 "bytes_received": self.transfer.received, "requests": self.transfer.requests,
                 "resumed_from": self.transfer.resumed_from,
                 "interruptions": self.transfer.interruptions,
-                "restarts": self.transfer.restarts, "reboot_requested": self.rebooted}
+                "restarts": self.transfer.restarts, "reboot_requested": self.rebooted,
+                "download_seconds": self.download_seconds}
 
     def _set(self, state: str, detail: str = "", **fields: Any) -> None:
         self.status.state, self.status.detail = state, detail
@@ -62,6 +65,7 @@ class Run:
 
     def run(self) -> None:
         booted = self.system.booted()
+        self._note_rollback(booted)
         remote = self.config.remote or booted.remote
         self._set("checking", f"{remote}:{booted.ref}", booted=booted.checksum)
         self.log(f"booted {booted.checksum[:12]} of {remote}:{booted.ref}")
@@ -71,6 +75,11 @@ class Run:
         if target == booted.checksum:
             self._set("idle", f"up to date: {booted.checksum[:12]} is the newest commit of "
                               f"{booted.ref}")
+            self.log(self.status.detail)
+            return
+        if target is not None and target in self._rolled_back():
+            self._set("idle", f"{target[:12]} was rolled back by greenboot on this device; "
+                              "waiting for a newer commit")
             self.log(self.status.detail)
             return
         if target is not None and apply.pending(self.system) == target:
@@ -88,6 +97,25 @@ class Run:
         self.log(f"staged {commit[:12]} ({self.method}); it boots at the next reboot, "
                  "and greenboot keeps it only if its health checks pass")
         self._maybe_reboot()
+
+    def _note_rollback(self, booted: Booted) -> None:
+        """A target this updater staged that neither runs nor waits to boot was rolled back
+        by greenboot: remember it, so the updater does not stage it again and again."""
+        previous = self.status_file.read()
+        if previous.state != "staged" or not previous.target or \
+                previous.target == booted.checksum or \
+                apply.pending(self.system) == previous.target:
+            return
+        path = self.status_file.path.parent / ROLLED_BACK
+        known = self._rolled_back()
+        if previous.target not in known:
+            path.write_text("".join(f"{c}\n" for c in [*known, previous.target]))
+        self.log(f"{previous.target[:12]} was staged but the device runs "
+                 f"{booted.checksum[:12]}: greenboot rolled it back")
+
+    def _rolled_back(self) -> list[str]:
+        path = self.status_file.path.parent / ROLLED_BACK
+        return path.read_text().split() if path.is_file() else []
 
     def _keyrings(self, remote: str) -> list[Path]:
         if self.system.remote_option(remote, "gpg-verify") == "false":
@@ -167,9 +195,10 @@ class Run:
         try:
             path = download.run()
         finally:
+            self.download_seconds = round(time.monotonic() - started, 3)
             self.log(f"download: {self.transfer.received} bytes in {self.transfer.requests} "
                      f"requests, {self.transfer.interruptions} cuts resumed, resumed from "
-                     f"{self.transfer.resumed_from}, {time.monotonic() - started:.1f}s")
+                     f"{self.transfer.resumed_from}, {self.download_seconds:.1f}s")
         self.log(f"{delta.file}: size and sha256 match the signed index")
         return path
 
