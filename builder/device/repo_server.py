@@ -70,7 +70,10 @@ class _RepoHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        self._serve(send_body=True)
+        try:
+            self._serve(send_body=True)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away mid-body: its choice
 
     def do_HEAD(self) -> None:
         self._serve(send_body=False)

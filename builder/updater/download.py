@@ -3,7 +3,7 @@ reboots, resumed from its last byte after a cut, capped in bandwidth, checked by
 sha256 before anything applies it.
 
     STAGING/FROM-TO.delta.part    the bytes so far (fsynced at every cut and every 4 MiB)
-    STAGING/download.json         what the part is of: url, bytes, sha256, to_commit
+    STAGING/download.json         what the part is of: file, commits, size, sha256
 
 A part is only resumed when download.json names the same file with the same size and
 sha256 (the index may have changed between two runs); otherwise it is discarded.
@@ -86,7 +86,8 @@ class Download:
     def _prepare(self) -> None:
         self.staging.mkdir(parents=True, exist_ok=True)
         state = self.staging / STATE
-        wanted = {"url": self.url, **asdict(self.delta)}
+        # The file's identity, not its URL: a mirror may move and the bytes stay the same.
+        wanted = asdict(self.delta)
         try:
             same = json.loads(state.read_text()) == wanted
         except (OSError, ValueError):

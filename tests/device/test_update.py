@@ -1,0 +1,207 @@
+"""The shipped updater (microshift-update, from the deployment the device booted) against the
+real published repository served over HTTP: real ostree, real GPG signatures, real delta
+files. What an admin relies on: only the delta file crosses the link, a cut resumes, and
+anything tampered with or unsigned is refused with nothing staged.
+
+Integration tier: runs ostree, gpg, bash and the zip application with the host's python3.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from builder.core.ostree import Repo, commit_signed, delta_dir
+from builder.core.progress import Progress
+from builder.core.runner import Runner
+from builder.core.signing import ensure_sample_key, sign_detached, stop_agent
+from builder.device.boot import boot
+from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
+from builder.device.health_server import ApiServer, Health
+from builder.device.scenarios import boot_until_settled
+from builder.device.sysroot import Device, release_deployments
+from builder.device.update import UPDATER, UpdateFailed, UpdateOptions, run_updater
+from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
+from tests.device.test_scenarios import make_ctx
+
+pytestmark = pytest.mark.integration
+SIM = {"retry_delay_seconds": 0, "timeout_seconds": 20}
+
+
+@pytest.fixture(autouse=True)
+def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
+    yield
+    release_deployments(tmp_path, Runner())
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> UpdatePair:
+    build = tmp_path_factory.mktemp("update-commits")
+    return build_sample_pair(make_ctx(build), build / "server/repo", 256 * 1024)
+
+
+def _site(pair: UpdatePair, tmp_path: Path) -> Path:
+    """A copy of the published site (repo/, updates/) this test may tamper with."""
+    site = tmp_path / "site"
+    shutil.copytree(pair.repo, site / "repo", symlinks=True)
+    shutil.copytree(pair.repo.parent / "updates", site / "updates")
+    return site / "repo"
+
+
+def _booted_device(pair: UpdatePair, tmp_path: Path) -> Device:
+    device = Device(tmp_path / "device", Runner(), Progress())
+    device.init("edge")
+    deployment = device.install(pair.repo, pair.ref, commit=pair.v1, gpg_key=pair.public_key)
+    # Short greenboot waits, as the scenarios set them (/etc carries over to v2).
+    device.write_greenboot_conf(deployment, {"MICROSHIFT_WAIT_TIMEOUT_SEC": "1"})
+    with ApiServer() as api:
+        assert boot(device, api, {}).healthy
+    return device
+
+
+def _updates(repo: Path) -> Path:
+    return repo.parent / "updates" / SAMPLE_REF
+
+
+def _status(device: Device) -> str:
+    root = device.state_dir / "root"
+    proc = subprocess.run([root / UPDATER, "--root", root, "status"], capture_output=True,
+                          text=True, check=False)
+    return proc.stdout.strip()
+
+
+def _refused(device: Device, repo: Path, pair: UpdatePair, words: str) -> None:
+    before = [d.id for d in device.deployments()]
+    with pytest.raises(UpdateFailed) as caught:
+        run_updater(device, repo, UpdateOptions(config=SIM))
+    assert words in str(caught.value)
+    assert [d.id for d in device.deployments()] == before
+    assert device.grubenv.counter() is None
+    assert not device.repo.has_commit(pair.v2)
+    assert _status(device).startswith("failed: ") and words in _status(device)
+
+
+def test_only_the_delta_file_crosses_the_link_and_v2_is_staged(pair: UpdatePair,
+                                                               tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path)
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert report.method == "delta-file" and deployment.checksum == pair.v2
+    delta = (_updates(pair.repo) / offline_name(pair.v1, pair.v2)).stat().st_size
+    assert report.delta_bytes == delta
+    assert report.bytes_on_wire == delta + report.metadata_bytes
+    assert report.bytes_on_wire <= 1.02 * delta
+    assert [d.checksum for d in device.deployments()] == [pair.v2, pair.v1]
+    assert device.grubenv.counter() == 3  # greenboot now judges v2
+    assert _status(device).startswith(f"staged 4.14.2-sample.2 ({pair.v2[:12]})")
+    assert not any((device.stateroot_var / "lib/microshift-update/staging").glob("*"))
+    again, _ = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert again.method is None and "already staged" in " ".join(again.log)
+
+
+def test_a_cut_run_leaves_the_part_and_the_next_run_resumes_it(pair: UpdatePair,
+                                                               tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path)
+    with pytest.raises(UpdateFailed) as caught:
+        run_updater(device, pair.repo, UpdateOptions(
+            interruptions=1, seed=7, config={**SIM, "retries": 0}))
+    first = caught.value.report
+    assert first.interruptions == 1 and device.deployments()[0].checksum == pair.v1
+    assert _status(device).startswith("failed: download of ")
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert deployment.checksum == pair.v2
+    delta = report.delta_bytes or 0
+    staged_before = delta - (report.bytes_on_wire - report.metadata_bytes)
+    assert 0 < staged_before < delta  # the second run fetched only what the first had not
+    assert first.bytes_on_wire - first.metadata_bytes == staged_before
+
+
+def test_a_delta_file_altered_by_one_byte_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
+    repo = _site(pair, tmp_path)
+    delta = _updates(repo) / offline_name(pair.v1, pair.v2)
+    data = bytearray(delta.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    delta.write_bytes(bytes(data))
+    _refused(_booted_device(pair, tmp_path), repo, pair, "the signed index says")
+
+
+def test_an_index_altered_by_one_byte_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
+    repo = _site(pair, tmp_path)
+    index = _updates(repo) / INDEX
+    index.write_text(index.read_text().replace("sample.2", "sample.3"))
+    _refused(_booted_device(pair, tmp_path), repo, pair, "signature does not verify")
+
+
+def test_an_index_signed_by_another_key_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
+    repo = _site(pair, tmp_path)
+    runner = Runner()
+    other = ensure_sample_key(runner, Progress(), tmp_path / "other-gpg", 1700000000)
+    sign_detached(runner, other, _updates(repo) / INDEX)
+    stop_agent(runner, other.homedir)
+    _refused(_booted_device(pair, tmp_path), repo, pair, "signature does not verify")
+
+
+def test_an_index_without_its_signature_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
+    repo = _site(pair, tmp_path)
+    (_updates(repo) / (INDEX + ".sig")).unlink()
+    _refused(_booted_device(pair, tmp_path), repo, pair, "has no signature")
+
+
+def test_a_delta_to_an_unsigned_commit_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
+    """The publisher's mistake, not an attack: v2 lost its signature before the delta was
+    made. The index is signed properly; the commit is not, so nothing is staged."""
+    repo_path = _site(pair, tmp_path)
+    runner = Runner()
+    repo = Repo(repo_path, runner)
+    homedir = pair.repo.parent / "gpg"
+    key = ensure_sample_key(runner, Progress(), homedir, 0)
+    # An archive repository keeps a commit's signatures in its detached metadata file.
+    (repo_path / "objects" / pair.v2[:2] / f"{pair.v2[2:]}.commitmeta").unlink()
+    assert not commit_signed(runner, repo_path, pair.v2)
+    repo.delta_delete(pair.v1, pair.v2)
+    repo.delta_generate(pair.v2, pair.v1, extra=["--min-fallback-size=0"])
+    out = _updates(repo_path)
+    offline = write_offline_file(delta_dir(repo_path, pair.v1, pair.v2),
+                                 out / offline_name(pair.v1, pair.v2), None)
+    (out / INDEX).write_text(index_json(SAMPLE_REF, pair.v2, None, [offline]))
+    sign_detached(runner, key, out / INDEX)
+    stop_agent(runner, homedir)
+    _refused(_booted_device(pair, tmp_path), repo_path, pair,
+             "does not verify with the keys of remote 'edge'")
+
+
+def test_without_an_index_the_updater_pulls_the_ref(pair: UpdatePair, tmp_path: Path) -> None:
+    repo = _site(pair, tmp_path)
+    shutil.rmtree(repo.parent / "updates")
+    device = _booted_device(pair, tmp_path)
+    report, deployment = run_updater(device, repo, UpdateOptions(config=SIM))
+    assert report.method == "pull" and deployment.checksum == pair.v2
+    assert "falling back to ostree pull" in " ".join(report.log)
+
+
+def test_a_bad_update_yaml_stops_the_updater_naming_the_key(pair: UpdatePair,
+                                                            tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path)
+    with pytest.raises(UpdateFailed) as caught:
+        run_updater(device, pair.repo, UpdateOptions(config={"max_bytes_per_second": -5}))
+    assert caught.value.report.exit_code == 2 and caught.value.report.requests == 0
+    assert "max_bytes_per_second" in _status(device)
+    assert device.deployments()[0].checksum == pair.v1
+
+
+def test_an_update_greenboot_rolled_back_is_not_staged_again(pair: UpdatePair,
+                                                             tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path)
+    run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    with ApiServer() as api:
+        boots = boot_until_settled(device, api, {pair.v2: Health(ready_after=None)})
+    assert boots[-1].deployment.checksum == pair.v1 and boots[-1].rolled_back
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert report.method is None and deployment.checksum == pair.v1
+    assert report.bytes_on_wire == report.metadata_bytes  # the index only, no delta file
+    assert "was rolled back by greenboot on this device" in _status(device)
+    remembered = device.stateroot_var / "lib/microshift-update/rolled-back"
+    assert remembered.read_text().split() == [pair.v2]
