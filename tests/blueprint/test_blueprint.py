@@ -67,7 +67,8 @@ def test_every_profile_renders_to_a_valid_blueprint(release: Release, name: str)
     assert data["version"] == "4.14.2-1"
     packages = {p["name"]: p["version"] for p in data["packages"]}
     expected = {f"microshift-{key}" for key in SEED_003[name]} | {"microshift-greenboot",
-                                                                   "microshift-selinux"}
+                                                                   "microshift-selinux",
+                                                                   "microshift-update"}
     assert packages == dict.fromkeys(expected, "4.14.2-1")
     sources = [c["source"] for c in data["containers"]]
     assert sorted(sources) == sorted(img.ref for img in release.images(SEED_003[name]))
@@ -88,7 +89,7 @@ def test_whole_stack_caches_every_image_by_digest_and_enables_services(
     custom = data["customizations"]
     assert custom["services"]["enabled"] == [
         "microshift.service", "microshift-components.service", "microshift-ovs-init.service",
-        "openvswitch.service", *GREENBOOT_SERVICES]
+        "openvswitch.service", *GREENBOOT_SERVICES, "microshift-update.timer"]
     assert "greenboot-healthcheck.service" in GREENBOOT_SERVICES
     firewall = custom["firewall"]
     assert firewall["ports"] == ["6443:tcp", "80:tcp", "443:tcp", "5353:udp", "30000-32767:tcp",
@@ -110,7 +111,7 @@ def test_without_ovnk_there_is_no_ovn_config_nor_ovnk_service(release: Release) 
     assert "/etc/microshift/ovn.yaml" not in [f["path"] for f in custom["files"]]
     assert custom["services"]["enabled"] == ["microshift.service",
                                              "microshift-components.service",
-                                             *GREENBOOT_SERVICES]
+                                             *GREENBOOT_SERVICES, "microshift-update.timer"]
     assert custom["firewall"]["zones"][0]["sources"] == ["10.42.0.0/16", "fd01::/48"]
 
 
@@ -447,7 +448,7 @@ def test_whole_stack_blueprint_and_lock(built_release: Path, tmp_path: Path) -> 
     assert {p["name"]: p["version"] for p in data["packages"]} == {
         "microshift-core": release.evr, "microshift-networking-ovnk": release.evr,
         "microshift-storage-topolvm": release.evr, "microshift-greenboot": release.evr,
-        "microshift-selinux": release.evr}
+        "microshift-selinux": release.evr, "microshift-update": release.evr}
     images = release.images(("core", "networking-ovnk", "storage-topolvm"))
     assert [c["source"] for c in data["containers"]] == [img.ref for img in images]
     assert all("@sha256:" in c["source"] for c in data["containers"])

@@ -27,7 +27,7 @@ from tests.support.ostree import ComposedPair
 
 pytestmark = pytest.mark.integration
 
-SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull")
+SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull", "lte-update")
 
 
 def make_ctx(build_dir: Path) -> Context:

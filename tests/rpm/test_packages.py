@@ -21,7 +21,7 @@ from tests.support.keys import make_release_key
 pytestmark = pytest.mark.integration
 
 COMPONENT_RPMS = ("core", "networking-ovnk", "networking-bridge", "storage-topolvm", "multus",
-                  "greenboot", "release-info", "selinux")
+                  "greenboot", "update", "release-info", "selinux")
 
 
 def digests(directory: Path) -> dict[str, str]:
