@@ -11,7 +11,10 @@ same run, on the last two releases (the adjacent pair):
 - fallback objects of every path; every offline file applied with `apply-delta` and checked
   with `ostree fsck` on a bare repo holding only its from-commit (from scratch: an empty one);
 - the stage's wall time against its slowest path's generation, and each path's peak memory
-  against the ceiling.
+  against the ceiling;
+- the devices' updater (microshift-update, issue 12) on a simulated device holding the
+  from-commit: bytes served against the delta file, without and with 5 cuts, beside a plain
+  `ostree pull` (bench/ota.py).
 Composes and downloads are cached under OUT/realscale/ and OUT/cache/; deltas never are.
 """
 
@@ -27,9 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import ota
 from bench.fixture import SERIES, Series, image_bytes, payload, release_file
 from builder.core.ostree import Repo, TreeFile
 from builder.core.runner import Runner
+from builder.core.signing import SAMPLE_PUBLIC_KEY
+from builder.device.commits import UpdatePair
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYER_DIR = re.compile(r"/overlay/[0-9a-f]{64}/diff/")
@@ -149,7 +155,11 @@ def measure(series_name: str, releases: int, out: Path) -> dict[str, Any]:
         bounds = baselines(repo, update["from_commit"], report["to_commit"], Path(scratch))
         print("  applying every offline file ...", flush=True)
         applied = apply_checks(repo, report, report_file.parent, Path(scratch))
-    measured = {"stage": stage, "bounds": bounds, "applied": applied}
+        print("  the devices' updater (microshift-update) over the same update ...", flush=True)
+        pair = UpdatePair(repo.path, report["ref"], update["from_commit"], report["to_commit"],
+                          "compose", build / "gpg" / SAMPLE_PUBLIC_KEY)
+        over_the_air = ota.measure_pair(pair, Path(scratch))
+    measured = {"stage": stage, "bounds": bounds, "applied": applied, "ota": over_the_air}
     return summarize(series, releases, cache, report, measured)
 
 
@@ -177,6 +187,7 @@ def summarize(series: Series, releases: int, cache: Path, report: dict[str, Any]
         "stage_seconds": round(stage, 1), "stage_wall_seconds": report["wall_seconds"],
         "slowest_path_seconds": slowest, "jobs": report["jobs"],
         "memory_ceiling_bytes": report["memory_ceiling_bytes"], "applied": applied,
+        "ota": measured["ota"],
     }
     result["ratios"] = {
         "delta_vs_xdelta3": round(update["delta_bytes"] / bounds["xdelta3_bound_bytes"], 3),
@@ -197,6 +208,10 @@ def checks(result: dict[str, Any], report: dict[str, Any]) -> dict[str, bool]:
                                               for a in result["applied"])
     found["peak_memory_within_ceiling"] = all(
         (p["peak_memory_bytes"] or 0) <= report["memory_ceiling_bytes"] for p in report["paths"])
+    ota = result["ota"]
+    found["ota_wire_within_1.02x_delta"] = ota["no cuts"]["ratio"] <= 1.02
+    found["ota_5_cuts_within_1.05x_delta"] = ota["5 cuts"]["ratio"] <= 1.05 and \
+        ota["5 cuts"]["cuts"] == 5 and ota["5 cuts"]["duplicate_bytes"] == 0
     found["payload_at_least_90MB"] = result["payload"]["bytes"] >= 90_000_000
     found["images_at_least_300MB"] = result["image_content_bytes"] >= 300_000_000
     return found
@@ -235,6 +250,11 @@ def report(r: dict[str, Any]) -> str:
         lines.append(f"| {(a['from_commit'] or 'empty')[:12]} | {a['bytes'] / mib:.2f} | "
                      f"{'yes' if a['applied'] and a['fsck_ok'] else 'NO'} | "
                      f"{a['apply_seconds']} | {a['apply_peak_memory_bytes'] / 2**30:.2f} |")
+    lines += ["", "| microshift-update | delta MiB | served / delta | cuts | bytes twice | "
+                  "ostree pull / delta |", "|---|---|---|---|---|---|"]
+    for label, row in r["ota"].items():
+        lines.append(f"| {label} | {row['delta_bytes'] / mib:.2f} | {row['ratio']:.4f} | "
+                     f"{row['cuts']} | {row['duplicate_bytes']} | {row['pull_ratio']:.2f} |")
     ratios = r["ratios"]
     lines += ["", f"delta / xdelta3 bound = {ratios['delta_vs_xdelta3']} (target <= 0.7); "
                   f"delta / zstd -19 = {ratios['delta_vs_zstd19']} (target <= 0.5)",

@@ -89,19 +89,29 @@ def find_update_pair(ctx: Context, ref: str | None) -> UpdatePair | None:
         raise BuildError(f"{repo.path}: {ref} has no head with a parent commit to upgrade from",
                          hint="compose the image twice (v1, then v2), or drop --ref to use "
                               "the simulation's own SAMPLE commits")
-    key = ctx.path("gpg", SAMPLE_PUBLIC_KEY)
-    return UpdatePair(repo.path, refs[0], parent, head, "compose",
-                      key if key.is_file() else None)
+    return UpdatePair(repo.path, refs[0], parent, head, "compose", _public_key(ctx, repo.path))
+
+
+def _public_key(ctx: Context, repo: Path) -> Path | None:
+    """The key the build signed with: a release key's public half (DIR/keys/), else the SAMPLE
+    key's, in this build directory or in the one the repository really lives in."""
+    for build in (ctx.build_dir, repo.resolve().parent.parent):
+        for key in (*sorted((build / "keys").glob("*.asc")), build / "gpg" / SAMPLE_PUBLIC_KEY):
+            if key.is_file():
+                return key
+    return None
 
 
 def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> UpdatePair:
     """Two signed SAMPLE commits on SAMPLE_REF in an archive repo, the v1 -> v2 static delta,
     and what `deltas` publishes for devices' updaters beside the repo: updates/REF/ with the
-    delta file and the signed index (the SAMPLE key lives in gpg/ beside the repo)."""
+    delta file and the signed index (signed with the build directory's SAMPLE key)."""
     repo = Repo(repo_path, ctx.runner)
     repo.init("archive")
     epoch = ctx.release.source_date_epoch
-    key = ensure_sample_key(ctx.runner, ctx.progress, repo_path.parent / "gpg", epoch)
+    # The build directory's SAMPLE key (DIR/gpg), as composes use: also a short path, which
+    # gpg-agent's socket needs (at most 107 bytes).
+    key = ensure_sample_key(ctx.runner, ctx.progress, ctx.path("gpg"), epoch)
     commits: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix=".sample-tree-", dir=repo_path.parent) as tmp:
@@ -117,7 +127,9 @@ def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> Upda
                 commits.append(parent)
         repo.set_ref(SAMPLE_REF, commits[1])
         if f"{commits[0]}-{commits[1]}" not in repo.delta_list():
-            repo.delta_generate(commits[1], commits[0], extra=["--min-fallback-size=0"])
+            # The payload is random bytes: bsdiff could find nothing in it, only spend time.
+            repo.delta_generate(commits[1], commits[0],
+                                extra=["--min-fallback-size=0", "--max-bsdiff-size=0"])
         _publish_update(ctx, repo, commits, key, repo_path.parent / "updates" / SAMPLE_REF)
         repo.summary_update(key)
     finally:

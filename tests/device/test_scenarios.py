@@ -130,7 +130,8 @@ def test_cli_upgrade_arms_the_boot_counter(tmp_path: Path, sample_pair: UpdatePa
     run_cli("device", "init", "--sysroot", sysroot)
     run_cli("device", "install", "--sysroot", sysroot, "--repo", sample_pair.repo,
             "--ref", SAMPLE_REF, "--commit", sample_pair.v1, "--max-boot-attempts", "2")
-    assert run_cli("device", "upgrade", "--sysroot", sysroot, "--repo", sample_pair.repo) == 0
+    assert run_cli("device", "upgrade", "--sysroot", sysroot, "--repo", sample_pair.repo,
+                   "--method", "pull") == 0
     device = Device(sysroot, Runner(), Progress())
     assert [d.checksum for d in device.deployments()] == [sample_pair.v2, sample_pair.v1]
     assert device.grubenv.read() == {"boot_counter": "2", "boot_success": "0"}

@@ -156,7 +156,7 @@ def test_a_delta_to_an_unsigned_commit_is_refused(pair: UpdatePair, tmp_path: Pa
     repo_path = _site(pair, tmp_path)
     runner = Runner()
     repo = Repo(repo_path, runner)
-    homedir = pair.repo.parent / "gpg"
+    homedir = pair.public_key.parent if pair.public_key else pair.repo
     key = ensure_sample_key(runner, Progress(), homedir, 0)
     # An archive repository keeps a commit's signatures in its detached metadata file.
     (repo_path / "objects" / pair.v2[:2] / f"{pair.v2[2:]}.commitmeta").unlink()

@@ -68,8 +68,13 @@ def test_rsync_upload_phases_filter_what_each_may_touch(tmp_path: Path) -> None:
     assert not any("summary" in arg or "refs" in arg for arg in objects)
     assert not any("summary" in arg or "refs" in arg for argv in phases["metadata"]
                    for arg in argv)
-    [refs] = phases["refs"]
+    [refs, indexes] = phases["refs"]
     assert "--delay-updates" in refs and "--include=/summary" in refs
+    # The devices' update indexes name the new commits: they go last, never in metadata.
+    [_, extras] = phases["metadata"]
+    assert "--exclude=index.json" in extras and "--exclude=index.json.sig" in extras
+    assert "--delay-updates" in indexes and indexes[-3:-2] == ["--exclude=*"]
+    assert {"--include=index.json", "--include=index.json.sig"} <= set(indexes)
     assert not any("--delete" in arg for argv in phases.values() for c in argv for arg in c)
 
 
@@ -112,6 +117,10 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     old = released_build(pair, tmp_path / "old", pair.commit1)
     assert cli("--release", pair.release2, "publish", "--build-dir", old, "--to", target) == 0
     new = released_build(pair, tmp_path / "new", pair.commit2)
+    updates = target / "updates" / pair.ref
+    (new / "deltas" / pair.ref / "index.json").write_text(
+        (new / "deltas" / pair.ref / "index.json").read_text() + " ")  # this publish's index
+    old_index = (updates / "index.json").read_bytes()
     ctx = Context(build_dir=new, release_path=pair.release2, progress=Progress())
     with pytest.raises(Interrupted):
         publish(ctx, PublishOptions(target=str(target), checkpoint=interrupt_after("metadata")))
@@ -121,6 +130,10 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     ostree(f"--repo={published}", "fsck")
     assert ostree(f"--repo={published}", "ls", pair.commit2, "/usr/bin/microshift").returncode == 0
     assert (target / "sbom" / pair.ref / f"{pair.commit2}.spdx.json").is_file()
+    # The delta files are up, but the new index that tells devices' updaters about them is
+    # not: it goes with the refs.
+    assert any(updates.glob(f"{pair.commit1}-{pair.commit2}.delta"))
+    assert (updates / "index.json").read_bytes() == old_index
     with serve(published) as (url, _):
         device = device_repo(tmp_path / "device", url, pair.public_key)
         ostree(f"--repo={device}", "pull", "origin", pair.ref)
@@ -133,6 +146,9 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     assert head(device, f"origin:{pair.ref}") == pair.commit2
     assert (target / "sbom" / pair.ref / f"{pair.commit1}.spdx.json").is_file()  # kept
     assert (target / "updates" / pair.ref / "report.txt").is_file()
+    assert (updates / "index.json").read_bytes() == \
+        (new / "deltas" / pair.ref / "index.json").read_bytes() != old_index
+    assert (updates / "index.json.sig").is_file()
     # Publishing what is already there writes nothing.
     before = snapshot(target)
     assert cli("--release", pair.release2, "publish", "--build-dir", new, "--to", target) == 0

@@ -75,3 +75,12 @@ def test_paths_run_in_parallel(result: dict[str, Any]) -> None:
         pytest.skip("the wall-time target is for deltas from 3 previous commits "
                     "(MSEB_REALSCALE_RELEASES=4)")
     assert result["ratios"]["wall_vs_slowest_path"] <= 1.3, result["paths"]
+
+
+def test_the_devices_updater_moves_only_the_delta_file(result: dict[str, Any]) -> None:
+    """Issue 12 at real size: the shipped microshift-update on a device holding the
+    from-commit downloads the signed delta file and little else, also when cut 5 times."""
+    plain, cut = result["ota"]["no cuts"], result["ota"]["5 cuts"]
+    assert plain["ratio"] <= 1.02 and cut["ratio"] <= 1.05, result["ota"]
+    assert cut["cuts"] == 5 and cut["duplicate_bytes"] == 0, cut
+    assert plain["pull_ratio"] > plain["ratio"], result["ota"]  # what the updater saves
