@@ -81,14 +81,15 @@ def relative(path: Path) -> str:
         return str(path)
 
 
-def render_source_tree(package: str, context: Mapping[str, Any], dest: Path) -> list[Path]:
+def render_source_tree(package: str, context: Mapping[str, Any], dest: Path, *,
+                       sources: Path = SOURCES_DIR) -> list[Path]:
     """Copy specs/sources/PACKAGE/ to dest, rendering `*.j2` files (suffix dropped) and
     building `NAME.zipapp.yaml` into the executable zip application NAME (builder.core.zipapp).
 
     Returns the written files relative to dest, sorted. File modes follow the source:
     executable files stay executable; everything else is 0644.
     """
-    source_root = SOURCES_DIR / package
+    source_root = sources / package
     written: list[Path] = []
     if not source_root.is_dir():
         return written

@@ -15,6 +15,7 @@ import yaml
 
 from builder.blueprint.render import BLUEPRINTS_DIR
 from builder.release.model import load_release
+from tests.support import requires
 from tests.support.ci import (
     GITHUB,
     GITLAB,
@@ -36,7 +37,7 @@ INPUTS = ("release.yaml", "specs", "blueprints", "kickstart", "builder")
 SCHEMAS = {GITHUB: "vendor.github-workflows", GITLAB: "vendor.gitlab-ci"}
 REF = f"microshift/x86_64/{IMAGE}"
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")
+root_only = requires.root_only("compose runs rpm --root and keeps ownership")
 
 
 def _venv_path() -> str:

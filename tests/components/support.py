@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
@@ -19,6 +18,7 @@ from builder.core.templates import render_source_tree
 from builder.release.catalog import BY_KEY
 from builder.release.model import load_release
 from builder.release.template_context import component_context
+from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE
 
 PLUGIN_KEYS = ("multus", "networking-ovnk", "networking-bridge", "storage-topolvm")
@@ -85,12 +85,12 @@ def network_namespace(*, br_ex: bool, br_ex_mtu: int = 1500) -> Iterator[str]:
 
     Skips the test, with the reason, where the machine does not allow namespaces.
     """
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2 (`ip`) is not installed")
+    requires.need_root("network namespaces")
+    requires.need_tools("ip")
     name = f"msb-test-{os.getpid()}-{next(_names)}"
     made = _ip("netns", "add", name)
     if made.returncode != 0:
-        pytest.skip(f"cannot create a network namespace here: {made.stderr.strip()}")
+        pytest.skip(f"{requires.NO_NETNS}: {made.stderr.strip()}")
     try:
         # A bridge is the one link type every kernel here has (dummy is a module).
         uplink = "br-ex" if br_ex else "uplink0"
@@ -100,7 +100,7 @@ def network_namespace(*, br_ex: bool, br_ex_mtu: int = 1500) -> Iterator[str]:
                      ["route", "add", "default", "via", "192.0.2.1"]):
             done = _ip("-n", name, *step)
             if done.returncode != 0:
-                pytest.skip(f"cannot set up the namespace (ip {' '.join(step)}): "
+                pytest.skip(f"{requires.NO_NETNS}: ip {' '.join(step)}: "
                             f"{done.stderr.strip()}")
         yield name
     finally:
@@ -118,11 +118,8 @@ def volume_group(workdir: Path) -> Iterator[str]:
 
     Skips the test, with the reason, where loop devices or LVM are not available.
     """
-    for tool in ("losetup", "pvcreate", "vgcreate", "vgremove"):
-        if shutil.which(tool) is None:
-            pytest.skip(f"`{tool}` is not installed (lvm2, util-linux)")
-    if os.geteuid() != 0:
-        pytest.skip("creating a loop device and a volume group needs root")
+    requires.need_tools("losetup", "pvcreate", "vgcreate", "vgremove")
+    requires.need_root("a loop device and a volume group")
     backing = workdir / "pv.img"
     with backing.open("wb") as handle:
         handle.truncate(64 * 1024 * 1024)
@@ -130,13 +127,13 @@ def volume_group(workdir: Path) -> Iterator[str]:
                               capture_output=True, text=True, check=False)
     if attached.returncode != 0:
         backing.unlink()
-        pytest.skip(f"cannot attach a loop device here: {attached.stderr.strip()}")
+        pytest.skip(f"{requires.NO_LOOP}: {attached.stderr.strip()}")
     device = attached.stdout.strip()
     name = f"msbtest{os.getpid()}x{next(_names)}"
     try:
         created = _lvm("vgcreate", "--quiet", name, device)
         if created.returncode != 0:
-            pytest.skip(f"cannot create a volume group here: {created.stderr.strip()}")
+            pytest.skip(f"{requires.NO_LOOP}: vgcreate: {created.stderr.strip()}")
         yield name
     finally:
         _lvm("vgremove", "--quiet", "--force", name)

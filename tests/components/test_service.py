@@ -15,6 +15,7 @@ import yaml
 
 from builder.components.service import FAILURE_LOG, LINK, MANIFESTS
 from builder.core.paths import PROJECT_ROOT, SOURCES_DIR
+from tests.support import requires
 
 ZIPAPP_SPEC = SOURCES_DIR / "microshift-core/usr/bin/microshift-components.zipapp.yaml"
 RPMS = ("core", "networking-bridge", "multus")
@@ -113,7 +114,7 @@ def test_the_shipped_program_runs_on_python_3_9_as_on_rhel_9(device_root: Path,
                                                               tmp_path: Path) -> None:
     python39 = find_python39()
     if python39 is None:
-        pytest.skip("no Python 3.9 interpreter here (RHEL 9's system Python)")
+        pytest.skip(f"{requires.NO_PYTHON39}: RHEL 9's system Python (Debian 12 packages none)")
     # PyYAML's pure-Python part, as python3-pyyaml provides it on the device.
     site = tmp_path / "site"
     shutil.copytree(Path(yaml.__file__).parent, site / "yaml")

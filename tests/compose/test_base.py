@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -12,12 +11,13 @@ import pytest
 from builder.compose.base import build_sample_tree
 from builder.context import Context
 from builder.core.progress import Progress
+from tests.support import requires
 from tests.support.ostree import RELEASE, cli, copy_build, head, ostree, serve
 from tests.support.selinux import commit_labels
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root (rpm --root, ownership)"),
+    requires.root_only("compose runs rpm --root and keeps ownership"),
 ]
 VENDOR_REF = "rhel/9/x86_64/edge"
 

@@ -12,6 +12,7 @@ import pytest
 
 from builder.compose.commit import KILL_ENV
 from builder.release.model import load_release
+from tests.support import requires
 from tests.support.cli import RELEASE
 from tests.support.ostree import (
     IMAGE,
@@ -28,7 +29,7 @@ from tests.support.ostree import (
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root (rpm --root, ownership)"),
+    requires.root_only("compose runs rpm --root and keeps ownership"),
 ]
 
 

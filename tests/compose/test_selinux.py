@@ -3,17 +3,17 @@ MicroShift's paths with the types of its module's file contexts (microshift.fc).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from tests.support import requires
 from tests.support.ostree import ComposedPair, ostree
 from tests.support.selinux import commit_labels, lookup, module_file_contexts
 
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root (rpm --root, ownership)"),
+    requires.root_only("compose runs rpm --root and keeps ownership"),
 ]
 POLICY_ROOT = "/usr/etc/selinux/targeted"
 # Paths of the module that the sample image ships; the others (/usr/local, the updater, the

@@ -71,7 +71,8 @@ def test_presets_first_match_wins_and_etc_shadows_usr_lib(tmp_path: Path) -> Non
 
 
 def test_enabling_a_missing_unit_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(BuildError, match="no unit file"):
+    with pytest.raises(BuildError,
+                       match=r"^cannot enable nothere\.service: no unit file in the tree$"):
         enable(tmp_path, "nothere.service")
 
 

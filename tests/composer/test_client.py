@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -128,8 +129,8 @@ def test_unreachable_socket_is_one_clear_line(build_dir: Path, socket_dir: Path,
     assert not (build_dir / "ostree").exists()
 
 
-def test_unreachable_url_names_the_url(sleeps: Sleeps) -> None:
-    url = closed_port_url()
+def test_unreachable_url_names_the_url(sleeps: Sleeps, closed_port_url: str) -> None:
+    url = closed_port_url
     client = WeldrClient(Endpoint(socket=None, url=url), sleep=sleeps)
     with pytest.raises(BuildError, match=f"cannot reach osbuild-composer at URL {url}"):
         client.push_blueprint(BLUEPRINT)
@@ -195,9 +196,10 @@ def test_compose_wait_gives_up_after_wait_timeout(socket_dir: Path, fake: FakeWe
         wait_for_compose(client, uuid, progress, WaitOptions(poll_interval=10, timeout=60))
 
 
-def closed_port_url() -> str:
-    """A TCP URL on which nothing listens (a port bound, then released)."""
+@pytest.fixture
+def closed_port_url() -> Iterator[str]:
+    """A TCP URL on which nothing listens: the port stays bound (so no other process can
+    take it during the test) but never listens, so a connection is refused."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -15,6 +15,7 @@ import pytest
 
 from builder.core.buildlock import HOLDER, BusyError, build_dir_lock, read_holder
 from builder.core.progress import Progress
+from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE, run_cli
 
 # Holds the lock of DIR for as long as it reads nothing on stdin, then exits.
@@ -108,7 +109,7 @@ def test_an_existing_build_directory_keeps_its_content(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(os.geteuid() != 0, reason="build-image composes, which runs as root")
+@requires.root_only("build-image composes, which runs rpm --root")
 def test_two_concurrent_build_image_runs(tmp_path: Path) -> None:
     build = tmp_path / "build"
     argv = [sys.executable, "-m", "builder", "--release", str(RELEASE), "build-image",

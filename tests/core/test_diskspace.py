@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 from builder.core.diskspace import NoSpaceError, ensure_space, free_bytes, no_space_error
 from builder.core.errors import ToolError
 from builder.core.progress import human_bytes
+from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE
 
 
@@ -51,8 +51,7 @@ def test_ensure_space_refuses_what_cannot_fit(tmp_path: Path) -> None:
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
+    requires.need_root("mounting a tmpfs")
     mount = tmp_path / "mnt"
     mount.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount)],

@@ -359,3 +359,100 @@ def test_installer_from_a_real_compose_deploys_the_head_commit(composed_pair: An
        f"edge:{composed_pair.ref}")
     status = sh("ostree", "admin", "status", f"--sysroot={sysroot}")
     assert f"rhel {composed_pair.commit2}.0" in status
+
+
+# --- the read-back refuses what a device could not use ----------------------------------
+def lba_of(iso: Path, inside: str) -> int:
+    """The first 2048-byte block of a file inside the ISO (xorriso -report_lba)."""
+    out = sh("xorriso", "-indev", iso, "-find", inside, "-exec", "report_lba")
+    fields = [f.strip() for f in out.split("File data lba:")[1].split(",")]
+    return int(fields[1])
+
+
+def tamper(iso: Path, inside: str, edit: Any) -> None:
+    """Rewrite a file's bytes in place (same length, same layout): what a bad disk or a
+    bad copy does, which the read-back must catch."""
+    start = lba_of(iso, inside) * 2048
+    with iso.open("r+b") as handle:
+        handle.seek(start)
+        size = len(extract(iso, inside, iso.parent / "tampered-part").read_bytes())
+        data = handle.read(size)
+        new = edit(data)
+        assert len(new) == len(data) and new != data
+        handle.seek(start)
+        handle.write(new)
+
+
+@pytest.fixture
+def verified(build_dir: Path, tmp_path: Path) -> tuple[Path, Any, Any]:
+    """An installer ISO built on the stand-in boot ISO, its manifest and the boot listing;
+    the unmodified ISO passes the read-back."""
+    from builder.installer.iso import Manifest, verify_iso
+
+    boot = make_boot_iso(tmp_path)
+    assert installer(build_dir, "--boot-iso", boot) == 0
+    iso = build_dir / "installer" / f"{IMAGE}.iso"
+    on_iso = json.loads((build_dir / "installer" / f"{IMAGE}.json").read_text())
+    on_iso.pop("iso")
+    manifest, listing = Manifest(**on_iso), list_iso(Runner(), boot)
+    checks = verify_iso(Runner(), iso, manifest, tmp_path / "clean", boot_iso=listing)
+    assert any("checkisomd5" in check for check in checks)
+    return iso, manifest, listing
+
+
+def object_of(iso: Path, tmp_path: Path, suffix: str) -> str:
+    listing = list_iso(Runner(), iso)
+    return "/" + sorted(p for p in listing.files
+                        if p.startswith("ostree/repo/objects/") and p.endswith(suffix))[0]
+
+
+@pytest.mark.parametrize(("what", "message"), [
+    ("object", "the embedded ostree repo fails `ostree fsck`"),
+    ("kickstart", ".iso:/ks.cfg: rendered kickstart line 1: Unknown command: boguskstart"),
+    ("boot-entry", "/isolinux/isolinux.cfg: a boot entry lacks inst.ks=hd:LABEL="),
+    ("payload", "The media check is complete, the result is: FAIL."),
+])
+def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_path: Path,
+                                         what: str, message: str) -> None:
+    from builder.installer.iso import verify_iso
+
+    iso, manifest, listing = verified
+    if what == "object":  # one byte of a directory tree object
+        tamper(iso, object_of(iso, tmp_path, ".dirtree"),
+               lambda b: b[:-1] + bytes([b[-1] ^ 0xFF]))
+    elif what == "kickstart":  # an unknown command pykickstart refuses
+        tamper(iso, "/ks.cfg", lambda b: b"bogus" + b[5:])
+    elif what == "boot-entry":  # the installer would boot without the kickstart
+        tamper(iso, "/isolinux/isolinux.cfg", lambda b: b.replace(b"inst.ks=", b"inst.xx="))
+    else:  # a byte of the installer image: only the media checksum sees it
+        tamper(iso, "/images/install.img", lambda b: b"\x01" + b[1:])
+    with pytest.raises(BuildError) as caught:
+        verify_iso(Runner(), iso, manifest, tmp_path / "verify", boot_iso=listing)
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_read_back_refuses_boot_images_other_than_the_boot_iso_s(
+        verified: tuple[Path, Any, Any], tmp_path: Path) -> None:
+    from builder.installer.iso import verify_iso
+
+    iso, manifest, _ = verified
+    (tmp_path / "other").mkdir()
+    unbootable = tmp_path / "unbootable.iso"  # the same files, its boot records discarded
+    sh("xorriso", "-indev", make_boot_iso(tmp_path / "other"), "-outdev", unbootable,
+       "-boot_image", "any", "discard")
+    with pytest.raises(BuildError, match=r"boot images changed from \[\] to \['BIOS "
+                                         r"/isolinux/isolinux.bin', 'UEFI /images/efiboot.img'\]"):
+        verify_iso(Runner(), iso, manifest, tmp_path / "verify",
+                   boot_iso=list_iso(Runner(), unbootable))
+
+
+def test_read_back_refuses_an_iso_without_its_kickstart(verified: tuple[Path, Any, Any],
+                                                         tmp_path: Path) -> None:
+    from builder.installer.iso import verify_iso
+
+    iso, manifest, listing = verified
+    without = tmp_path / "without-ks.iso"
+    sh("xorriso", "-indev", iso, "-outdev", without, "-boot_image", "any", "keep",
+       "-rm", "/ks.cfg")
+    with pytest.raises(BuildError, match=f"^{without}: /ks.cfg is missing from the written ISO"):
+        verify_iso(Runner(), without, manifest, tmp_path / "verify", boot_iso=listing)

@@ -4,7 +4,6 @@ changed by name with both digests, and the download of the update path."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from builder.publish.contents import (
 )
 from builder.publish.report import report_dir
 from builder.release.model import load_release
+from tests.support import requires
 from tests.support.ostree import CHANGED_IMAGE, ComposedPair, cli
 
 
@@ -73,7 +73,7 @@ def test_image_names_lose_tag_and_digest_but_keep_a_registry_port() -> None:
 
 
 def integration(test: Any) -> Any:
-    marked = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")(test)
+    marked = requires.root_only("compose runs rpm --root and keeps ownership")(test)
     return pytest.mark.integration(marked)
 
 

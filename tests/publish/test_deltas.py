@@ -4,7 +4,6 @@ device pull over HTTP that really uses them."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from builder.core.ostree import delta_dir
 from builder.publish.report import DeltaReport, UpdatePath, report_dir, transfer_seconds
+from tests.support import requires
 from tests.support.ostree import ComposedPair, cli, copy_build, device_repo, head, ostree, serve
 
 F = TypeVar("F", bound=Callable[..., None])
@@ -21,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., None])
 
 def integration(test: F) -> F:
     """Runs real ostree/rpm/skopeo on composes, which need root."""
-    marked = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")(test)
+    marked = requires.root_only("compose runs rpm --root and keeps ownership")(test)
     return pytest.mark.integration(marked)  # type: ignore[no-any-return]
 
 

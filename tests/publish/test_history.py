@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import requires
 from tests.support.keys import make_release_key
 from tests.support.ostree import ComposedPair, cli, head, ostree, serve
 
 
 def integration(test: Any) -> Any:
-    marked = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")(test)
+    marked = requires.root_only("compose runs rpm --root and keeps ownership")(test)
     return pytest.mark.integration(marked)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import tomllib
@@ -24,6 +23,7 @@ from builder.publish.sbom import (
     sbom_path,
 )
 from builder.release.model import load_release
+from tests.support import requires
 from tests.support.ostree import IMAGE, ComposedPair, cli, copy_build
 
 
@@ -81,7 +81,7 @@ def test_the_spdx_validator_is_not_vacuous(tmp_path: Path) -> None:
 
 def integration(test: Any) -> Any:
     """Runs on composed commits, which need root."""
-    marked = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")(test)
+    marked = requires.root_only("compose runs rpm --root and keeps ownership")(test)
     return pytest.mark.integration(marked)
 
 

@@ -3,7 +3,6 @@ SBOMs and update reports beside it; merging the build directories of a CI matrix
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.progress import Progress
 from builder.publish.upload import PublishOptions, plan, publish
+from tests.support import requires
 from tests.support.keys import make_release_key
 from tests.support.ostree import (
     IMAGE,
@@ -79,7 +79,7 @@ def test_rsync_upload_phases_filter_what_each_may_touch(tmp_path: Path) -> None:
 
 
 def integration(test: Any) -> Any:
-    marked = pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")(test)
+    marked = requires.root_only("compose runs rpm --root and keeps ownership")(test)
     return pytest.mark.integration(marked)
 
 

@@ -18,12 +18,13 @@ import pytest
 
 from bench import realscale
 from bench.fixture import SERIES
+from tests.support import requires
 
 ROOT = Path(__file__).resolve().parents[2]
 ENABLED = os.environ.get("MSEB_REALSCALE") == "1"
 pytestmark = [pytest.mark.integration,
-              pytest.mark.skipif(not ENABLED, reason="real-scale tier: nox -s realscale"),
-              pytest.mark.skipif(os.geteuid() != 0, reason="compose runs as root")]
+              pytest.mark.skipif(not ENABLED, reason=f"{requires.TIER}: nox -s realscale"),
+              requires.root_only("compose runs rpm --root and keeps ownership")]
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,7 @@ def test_generation_stays_within_the_memory_ceiling(result: dict[str, Any]) -> N
 
 def test_paths_run_in_parallel(result: dict[str, Any]) -> None:
     if sum(1 for p in result["paths"] if p["from_version"]) < 3:
-        pytest.skip("the wall-time target is for deltas from 3 previous commits "
+        pytest.skip(f"{requires.TIER}: the wall-time target is for deltas from 3 previous commits "
                     "(MSEB_REALSCALE_RELEASES=4)")
     assert result["ratios"]["wall_vs_slowest_path"] <= 1.3, result["paths"]
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from builder.rpm.sample_base import stand_ins
+from tests.support import requires as may_skip
 
 ELFDEPS = Path("/usr/lib/rpm/elfdeps")
 # A C++ program that links what cgo and C++-linked Go binaries (e.g. Hugo extended) link:
@@ -44,9 +42,9 @@ def provided() -> set[str]:
     return {cap for stand_in in stand_ins("x86_64") for cap in stand_in.provides}
 
 
-@pytest.mark.skipif(shutil.which("g++") is None or not ELFDEPS.exists(),
-                    reason="needs g++ and rpm's elfdeps (ci/install-host-tools.sh)")
 def test_a_cxx_executable_s_automatic_requires_are_all_provided(tmp_path: Path) -> None:
+    may_skip.need_tools("g++")
+    assert ELFDEPS.exists(), f"{ELFDEPS} (rpm-build) is missing"
     source = tmp_path / "payload.cc"
     source.write_text(PROGRAM)
     binary = tmp_path / "payload"

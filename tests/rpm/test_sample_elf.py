@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from builder.rpm.sample_elf import EM_AARCH64, EM_X86_64, LOAD_ADDRESS, print_and_exit
+from tests.support import requires
 
 TEXT = "usage: semodule (SAMPLE stand-in)\n"
 
@@ -44,7 +45,8 @@ def test_aarch64_code_points_at_the_text() -> None:
     assert length == len(TEXT)
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="runs the x86_64 binary natively")
+@pytest.mark.skipif(platform.machine() != "x86_64",
+                    reason=f"{requires.OTHER_ARCH}: runs the x86_64 binary natively")
 def test_x86_64_executable_prints_its_text_and_exits_zero(tmp_path: Path) -> None:
     path = tmp_path / "semodule"
     path.write_bytes(print_and_exit("x86_64", TEXT))

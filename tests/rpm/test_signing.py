@@ -11,9 +11,11 @@ import pytest
 
 from builder.context import Context
 from builder.core.progress import Progress
-from builder.core.signing import SigningKey, ensure_sample_key, stop_agent
+from builder.core.runner import Runner
+from builder.core.signing import SigningKey, ensure_sample_key, export_public_key, stop_agent
 from builder.rpm.signing import sign_repo, sign_rpms
 from tests.support.cli import RELEASE
+from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
 
@@ -66,3 +68,101 @@ def test_repo_metadata_signature_verifies(signing: tuple[Context, SigningKey],
                               capture_output=True, text=True, check=False)
     assert verified.returncode == 0, verified.stderr
     assert "Good signature" in verified.stderr
+
+
+# --- what a device's rpm and dnf refuse: the signatures bind the bytes and the key -------
+@pytest.fixture(scope="module")
+def other_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SigningKey]:
+    """A key that is not the release's: what an attacker or a wrong CI secret signs with."""
+    homedir = tmp_path_factory.mktemp("other") / "gpg"
+    key = SigningKey(key_id=make_release_key(homedir), homedir=homedir)
+    yield key
+    stop_agent(Runner(), homedir)
+
+
+def rpm_check(key: SigningKey, rpm: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`rpm -K` with only `key`'s public half imported, as on a device."""
+    db = tmp_path / f"rpmdb-{key.key_id[-8:]}"
+    db.mkdir(exist_ok=True)
+    public = export_public_key(Runner(), key, tmp_path / f"{key.key_id}.asc")
+    subprocess.run(["rpm", "--dbpath", str(db), "--import", str(public)], check=True)
+    return subprocess.run(["rpm", "--dbpath", str(db), "-K", str(rpm)], capture_output=True,
+                          text=True, check=False)
+
+
+def signed_copy(ctx: Context, key: SigningKey, built_release: Path, dest: Path) -> Path:
+    dest.mkdir()
+    copy = dest / "microshift-core-4.14.2-1.x86_64.rpm"
+    shutil.copyfile(built_release / "rpms" / copy.name, copy)
+    sign_rpms(ctx, [copy], key)
+    return copy
+
+
+def test_a_tampered_signed_rpm_is_refused(signing: tuple[Context, SigningKey],
+                                          built_release: Path, tmp_path: Path) -> None:
+    ctx, key = signing
+    rpm = signed_copy(ctx, key, built_release, tmp_path / "signed")
+    assert rpm_check(key, rpm, tmp_path).returncode == 0
+    data = bytearray(rpm.read_bytes())
+    data[-100] ^= 0xFF  # a byte of the compressed payload
+    rpm.write_bytes(bytes(data))
+    checked = rpm_check(key, rpm, tmp_path)
+    assert checked.returncode == 1
+    assert checked.stdout.endswith(": DIGESTS SIGNATURES NOT OK\n"), checked.stdout
+
+
+def test_an_rpm_signed_by_another_key_is_refused(signing: tuple[Context, SigningKey],
+                                                 other_key: SigningKey, built_release: Path,
+                                                 tmp_path: Path) -> None:
+    ctx, key = signing
+    rpm = signed_copy(ctx, other_key, built_release, tmp_path / "foreign")
+    assert rpm_check(other_key, rpm, tmp_path).returncode == 0  # signed, just not by us
+    checked = rpm_check(key, rpm, tmp_path)
+    assert checked.returncode == 1
+    assert checked.stdout.endswith(": digests SIGNATURES NOT OK\n"), checked.stdout
+
+
+def gpg_verify(key: SigningKey, repo: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """dnf's repo_gpgcheck: repomd.xml.asc against only the release key's public half."""
+    home = tmp_path / "verify-home"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(mode=0o700)
+    public = export_public_key(Runner(), key, tmp_path / "release.asc")
+    subprocess.run(["gpg", "--homedir", str(home), "--batch", "--import", str(public)],
+                   check=True, capture_output=True)
+    try:
+        return subprocess.run(["gpg", "--homedir", str(home), "--batch", "--status-fd", "1",
+                               "--verify", str(repo / "repodata/repomd.xml.asc"),
+                               str(repo / "repodata/repomd.xml")],
+                              capture_output=True, text=True, check=False)
+    finally:
+        stop_agent(Runner(), home)
+
+
+def test_altered_repository_metadata_is_refused(signing: tuple[Context, SigningKey],
+                                                built_release: Path, tmp_path: Path) -> None:
+    ctx, key = signing
+    repo = tmp_path / "repo"
+    shutil.copytree(built_release / "repo" / "repodata", repo / "repodata")
+    sign_repo(ctx, repo, key)
+    assert "[GNUPG:] VALIDSIG" in gpg_verify(key, repo, tmp_path).stdout
+    repomd = repo / "repodata/repomd.xml"
+    # The checksum of primary.xml is what an attacker swaps to serve other packages.
+    text = repomd.read_text()
+    digit = text.index("<checksum type=\"sha256\">") + len("<checksum type=\"sha256\">")
+    repomd.write_text(text[:digit] + ("0" if text[digit] != "0" else "1") + text[digit + 1:])
+    verified = gpg_verify(key, repo, tmp_path)
+    assert verified.returncode == 1
+    assert "[GNUPG:] BADSIG" in verified.stdout and "VALIDSIG" not in verified.stdout
+
+
+def test_repository_metadata_signed_by_another_key_is_refused(
+        signing: tuple[Context, SigningKey], other_key: SigningKey, built_release: Path,
+        tmp_path: Path) -> None:
+    ctx, key = signing
+    repo = tmp_path / "repo"
+    shutil.copytree(built_release / "repo" / "repodata", repo / "repodata")
+    sign_repo(ctx, repo, other_key)
+    verified = gpg_verify(key, repo, tmp_path)
+    assert verified.returncode == 2
+    assert "[GNUPG:] NO_PUBKEY" in verified.stdout and "VALIDSIG" not in verified.stdout
