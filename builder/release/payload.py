@@ -35,6 +35,7 @@ class Payload:
     kind: str      # "path" | "url" | "sample"
     location: str  # absolute path, URL, or sample name
     sha256: str | None = None
+    field: str = ""  # where release.yaml names it, e.g. components.core.payload.files[0]
 
     @property
     def is_sample(self) -> bool:
@@ -72,9 +73,9 @@ def payload_files(doc: document.Payload, root: Path, file: str,
 def _source(doc: document.Payload | document.PayloadSource, root: Path, file: str,
             prefix: str) -> Payload:
     if doc.sample is not None:
-        return Payload("sample", doc.sample)
+        return Payload("sample", doc.sample, field=prefix)
     if doc.url is not None:
-        return Payload("url", doc.url, doc.sha256)
+        return Payload("url", doc.url, doc.sha256, prefix)
     assert doc.path is not None  # the model's rule: exactly one source
     location = (root / doc.path).resolve()
     if not location.exists():
@@ -86,4 +87,4 @@ def _source(doc: document.Payload | document.PayloadSource, root: Path, file: st
         raise InputError(file, f"{prefix}.sha256",
                          f"mismatch: {location} has sha256 {file_digest(location)}, "
                          f"release.yaml says {doc.sha256}")
-    return Payload("path", str(location), doc.sha256)
+    return Payload("path", str(location), doc.sha256, prefix)

@@ -16,7 +16,7 @@ from builder.release.samples import write_payload_standin
 def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
                     scratch: Path) -> dict[PayloadFile, Path]:
     """A local, verified file for every payload file of component `key`."""
-    return {file: _resolve(ctx, f"components.{key}.payload", file.source,
+    return {file: _resolve(ctx, file.source.field or f"components.{key}.payload", file.source,
                            scratch / "payloads" / key / file.name)
             for file in files}
 

@@ -76,14 +76,39 @@ def test_a_file_with_fallback_entries_is_refused_and_the_device_untouched(
         write_offline_file(tiny.delta, tmp_path / "out.delta", None)
 
 
-def test_a_damaged_part_is_named(tiny: TinyDelta, tmp_path: Path) -> None:
+def test_a_damaged_part_is_named_and_the_device_untouched(tiny: TinyDelta,
+                                                          tmp_path: Path) -> None:
     written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
     file = tmp_path / written.file
     data = bytearray(file.read_bytes())
     data[len(data) // 2] ^= 0xFF  # inside the large part
     file.write_bytes(bytes(data))
-    with pytest.raises(OfflineDeltaError, match=r"part \d is damaged"):
+    with pytest.raises(OfflineDeltaError, match=r"part \d is damaged: its sha256 or size "
+                                                r"differs from the superblock's"):
         check_offline_file(file)
+    device = device_with(tmp_path, tiny, tiny.old)
+    with pytest.raises(OfflineDeltaError, match=r"part \d is damaged"):
+        apply_offline(Runner(), device, file)
+    assert not (device / "objects" / tiny.new[:2] / f"{tiny.new[2:]}.commit").exists()
+    ostree(device, "fsck")
+
+
+def test_a_damaged_commit_inside_the_file_is_named(tiny: TinyDelta, tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    file = tmp_path / written.file
+    data = file.read_bytes()
+    commit = ostree_commit_bytes(tiny)
+    # A letter of the commit's first metadata key: still a well-formed GVariant.
+    letter = next(i for i, byte in enumerate(commit) if chr(byte).isalpha())
+    at = data.index(commit) + letter
+    file.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1:])
+    with pytest.raises(OfflineDeltaError, match=f"the commit inside does not match its "
+                                                f"checksum {tiny.new[:12]}: the file is damaged"):
+        check_offline_file(file)
+
+
+def ostree_commit_bytes(tiny: TinyDelta) -> bytes:
+    return (tiny.repo / "objects" / tiny.new[:2] / f"{tiny.new[2:]}.commit").read_bytes()
 
 
 @pytest.mark.parametrize(("mangle", "problem"), [

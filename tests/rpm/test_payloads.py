@@ -1,0 +1,99 @@
+"""Payload files from a URL: downloaded over real HTTP (a server on 127.0.0.1), checked
+against release.yaml's sha256 before anything is built, cached by digest."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from tests.release.test_release import write_release
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.integration
+
+BINARY = Path("/usr/bin/true").read_bytes()  # a real executable, as a payload is
+
+
+class Handler(BaseHTTPRequestHandler):
+    served: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        self.served.append(self.path)
+        if self.path != "/microshift":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(BINARY)))
+        self.end_headers()
+        self.wfile.write(BINARY)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[tuple[str, list[str]]]:
+    Handler.served = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", Handler.served
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def url_release(tmp_path: Path, url: str, sha256: str) -> Path:
+    return write_release(tmp_path, lambda d: d["components"]["core"].update(payload={"files": [
+        {"install": "/usr/bin/microshift", "sample": "microshift"},
+        {"install": "/usr/bin/microshift-etcd", "url": url, "sha256": sha256}]}))
+
+
+def built_files(build: Path) -> list[Path]:
+    return sorted(p for p in build.rglob("*") if p.is_file()) if build.exists() else []
+
+
+def test_a_payload_whose_sha256_differs_is_refused_and_nothing_is_kept(
+        tmp_path: Path, server: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    base, served = server
+    wrong = hashlib.sha256(b"what the release engineer meant").hexdigest()
+    release = url_release(tmp_path, f"{base}/microshift", wrong)
+    build = tmp_path / "build"
+    assert run_cli("--release", release, "rpms", "--build-dir", build) == 2
+    actual = hashlib.sha256(BINARY).hexdigest()
+    err = capsys.readouterr().err
+    assert f"error: {release}: components.core.payload.files[1].sha256: mismatch: " \
+           f"{base}/microshift has sha256 {actual}, release.yaml says {wrong}" in err
+    assert served == ["/microshift"]
+    # Nothing downloaded is kept, and no RPM was built from it.
+    assert not [p for p in built_files(build) if "payloads" in p.parts or p.suffix == ".rpm"]
+
+
+def test_a_verified_payload_is_packaged_and_downloaded_once(
+        tmp_path: Path, server: tuple[str, list[str]]) -> None:
+    base, served = server
+    release = url_release(tmp_path, f"{base}/microshift", hashlib.sha256(BINARY).hexdigest())
+    build = tmp_path / "build"
+    for _ in range(2):
+        assert run_cli("--release", release, "rpms", "--build-dir", build) == 0
+    assert served == ["/microshift"]  # the second run takes it from the cache
+    cached = build / ".cache/payloads" / hashlib.sha256(BINARY).hexdigest()
+    assert cached.read_bytes() == BINARY
+
+
+def test_an_unreachable_payload_is_one_error_naming_field_and_url(
+        tmp_path: Path, server: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    base, _ = server
+    release = url_release(tmp_path, f"{base}/gone", "a" * 64)
+    assert run_cli("--release", release, "rpms", "--build-dir", tmp_path / "build") == 1
+    err = capsys.readouterr().err
+    assert f"error: cannot download components.core.payload.files[1] from {base}/gone: " \
+           f"404 Client Error" in err
+    assert "Traceback" not in err
