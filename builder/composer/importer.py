@@ -87,11 +87,36 @@ def _extract(tarball: Path, dest: Path) -> None:
     try:
         with tarfile.open(tarball) as tar:
             # The "data" filter refuses absolute paths, `..`, device nodes and links that
-            # escape dest: the tarball comes from a remote service.
-            tar.extractall(dest, filter="data")
+            # escape dest: the tarball comes from a remote service. Python before 3.11.4
+            # (Debian 12 has 3.11.2) has no filters: the same checks by hand.
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(dest, filter="data")
+            else:
+                tar.extractall(dest, members=_data_members(tar, dest))
     except (tarfile.TarError, OSError) as exc:
         raise BuildError(f"{tarball}: cannot extract the commit tarball: {exc}; the download "
                          "may be truncated, fetch it again") from exc
+
+
+def _data_members(tar: tarfile.TarFile, dest: Path) -> list[tarfile.TarInfo]:
+    """What tarfile's "data" filter lets through, or a TarError naming the first member it
+    would refuse."""
+    root = dest.resolve()
+    members = tar.getmembers()
+    for member in members:
+        target = (root / member.name).resolve()
+        if member.name.startswith("/") or not target.is_relative_to(root):
+            raise tarfile.TarError(f"member {member.name!r} is outside the destination")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise tarfile.TarError(f"member {member.name!r} is a special file")
+        if member.issym() or member.islnk():
+            base = target.parent if member.issym() else root
+            linked = (base / member.linkname).resolve()
+            if member.linkname.startswith("/") or not linked.is_relative_to(root):
+                raise tarfile.TarError(f"member {member.name!r} links outside the "
+                                       f"destination ({member.linkname!r})")
+        member.mode &= 0o755  # no setuid/setgid/sticky, no group or other write
+    return members
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.compose.commit import KILL_ENV
+from builder.compose.commit import KILL_ENV, STAGES
 from builder.release.model import load_release
 from tests.support import requires
 from tests.support.cli import RELEASE
@@ -182,8 +182,7 @@ def _export(homedir: Path, dest: Path) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("stage", ["base", "installed", "committed", "pulled", "signed",
-                                   "ref-moved"])
+@pytest.mark.parametrize("stage", STAGES)  # every checkpoint compose has
 def test_compose_killed_at_any_stage_leaves_a_sound_repo_and_reruns(
         stage: str, built_release: Path, composed_pair: ComposedPair, tmp_path: Path) -> None:
     build = copy_build(built_release, tmp_path / "build")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import io
 import json
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -140,3 +141,57 @@ def test_truncated_or_damaged_tarballs_are_refused_and_the_repo_untouched(
         subprocess.run(["ostree", f"--repo={repo}", "refs", "--delete", REF], check=True)
 
     check()
+
+
+def hostile_tarball(path: Path, member: tarfile.TarInfo, data: bytes = b"") -> Path:
+    with tarfile.open(path, "w") as tar:
+        ok = tarfile.TarInfo("repo/config")
+        ok.size = 4
+        tar.addfile(ok, io.BytesIO(b"ok\n\n"))
+        member.size = len(data)
+        tar.addfile(member, io.BytesIO(data))
+    return path
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize(("member", "problem"), [
+    (_member("../escaped"), "member '../escaped' is outside the destination"),
+    (_member("/etc/escaped"), "member '/etc/escaped' is outside the destination"),
+    (_member("repo/dev", tarfile.CHRTYPE), "member 'repo/dev' is a special file"),
+    (_member("repo/fifo", tarfile.FIFOTYPE), "member 'repo/fifo' is a special file"),
+    (_member("repo/up", tarfile.SYMTYPE, "../../etc/shadow"),
+     "member 'repo/up' links outside the destination ('../../etc/shadow')"),
+    (_member("repo/abs", tarfile.SYMTYPE, "/etc/shadow"),
+     "member 'repo/abs' links outside the destination ('/etc/shadow')"),
+    (_member("repo/hard", tarfile.LNKTYPE, "../outside"),
+     "member 'repo/hard' links outside the destination ('../outside')"),
+])
+def test_a_hostile_tarball_is_refused_by_the_pre_3_11_4_checks_too(
+        tmp_path: Path, member: tarfile.TarInfo, problem: str) -> None:
+    """Debian 12's Python 3.11.2 has no extraction filters; the checks that stand in for the
+    "data" filter refuse what it refuses, and extract nothing."""
+    from builder.composer.importer import _data_members
+
+    tarball = hostile_tarball(tmp_path / "hostile.tar", member)
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with tarfile.open(tarball) as tar, pytest.raises(tarfile.TarError, match=re.escape(problem)):
+        _data_members(tar, dest)
+    assert not list(dest.iterdir())
+
+
+def test_the_pre_3_11_4_checks_pass_an_ordinary_tree_and_drop_setuid(tmp_path: Path) -> None:
+    from builder.composer.importer import _data_members
+
+    member = _member("repo/objects/ab/cd.file")
+    member.mode = 0o4777
+    tarball = hostile_tarball(tmp_path / "fine.tar", member, b"data")
+    with tarfile.open(tarball) as tar:
+        members = _data_members(tar, tmp_path / "dest")
+        assert [m.name for m in members] == ["repo/config", "repo/objects/ab/cd.file"]
+        assert members[1].mode == 0o755

@@ -1,0 +1,209 @@
+"""The signed update index, read in-process: the signature check with real gpg (the keys of
+the device's remote only) and every refusal of the index's contents. The shipped program
+runs the same code against a published repository in tests/device/test_update.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from builder.core.errors import BuildError
+from builder.core.runner import Runner
+from builder.updater.index import (
+    INDEX_FORMAT,
+    MAX_METADATA,
+    UpdateRefused,
+    fetch_small,
+    parse_index,
+    verify_signature,
+)
+from tests.support.keys import make_release_key
+
+pytestmark = pytest.mark.integration
+
+REF = "microshift/x86_64/microshift-full"
+OLD, NEW, SHA = "a" * 64, "b" * 64, "c" * 64
+WHAT = "http://repo/updates/index.json"
+
+
+class Key:
+    def __init__(self, homedir: Path) -> None:
+        self.homedir = homedir
+        self.fingerprint = make_release_key(homedir)
+        self.public = homedir.parent / f"{homedir.name}.asc"
+        self.public.write_bytes(self.gpg("--armor", "--export"))
+
+    def gpg(self, *args: str, data: bytes | None = None) -> bytes:
+        return subprocess.run(["gpg", "--homedir", str(self.homedir), "--batch", *args],
+                              input=data, capture_output=True, check=True).stdout
+
+    def sign(self, data: bytes) -> bytes:
+        return self.gpg("--detach-sign", "--output", "-", data=data)
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Key, Key]]:
+    base = tmp_path_factory.mktemp("keys")
+    made = Key(base / "release"), Key(base / "other")
+    yield made
+    for key in made:
+        subprocess.run(["gpgconf", "--homedir", str(key.homedir), "--kill", "all"], check=False)
+
+
+def test_a_good_signature_names_its_key(keys: tuple[Key, Key]) -> None:
+    release, other = keys
+    data = b'{"index": 1}\n'
+    assert verify_signature(Runner(), data, release.sign(data), [release.public],
+                            WHAT) == release.fingerprint
+    # Any of the remote's keys will do.
+    assert verify_signature(Runner(), data, release.sign(data), [other.public, release.public],
+                            WHAT) == release.fingerprint
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("altered", "BADSIG"),
+    ("other-key", "ERRSIG"),
+    ("garbage", "no good signature"),
+    ("empty", "no good signature"),
+])
+def test_a_signature_that_does_not_verify_is_refused(keys: tuple[Key, Key], case: str,
+                                                     reason: str) -> None:
+    release, other = keys
+    data = b'{"index": 1}\n'
+    signature = {"altered": release.sign(data), "other-key": other.sign(data),
+                 "garbage": b"\x89PGP? no", "empty": b""}[case]
+    signed = data + b" " if case == "altered" else data
+    with pytest.raises(UpdateRefused) as caught:
+        verify_signature(Runner(), signed, signature, [release.public], WHAT)
+    assert str(caught.value).startswith(
+        f"{WHAT}: signature does not verify with the remote's keys ({reason})")
+
+
+def test_no_keys_is_a_refusal_not_a_pass(keys: tuple[Key, Key]) -> None:
+    release, _ = keys
+    data = b"{}"
+    with pytest.raises(UpdateRefused, match=f"^{WHAT}: no keys to verify its signature with"):
+        verify_signature(Runner(), data, release.sign(data), [], WHAT)
+
+
+def test_a_keyring_that_is_not_a_key_verifies_nothing(keys: tuple[Key, Key],
+                                                      tmp_path: Path) -> None:
+    release, _ = keys
+    junk = tmp_path / "junk.gpg"
+    junk.write_bytes(b"not a key")
+    with pytest.raises(UpdateRefused, match=r"\(ERRSIG\)"):
+        verify_signature(Runner(), b"{}", release.sign(b"{}"), [junk], WHAT)
+
+
+# --- the index's contents ----------------------------------------------------------------
+def entry(**changes: Any) -> dict[str, Any]:
+    base = {"file": f"{OLD}-{NEW}.delta", "from_commit": OLD, "to_commit": NEW,
+            "bytes": 1234, "sha256": SHA}
+    return {**base, **changes}
+
+
+def index(**changes: Any) -> bytes:
+    doc = {"format": INDEX_FORMAT, "ref": REF, "to_commit": NEW, "to_version": "4.14.3",
+           "files": [entry(), entry(file=f"empty-{NEW}.delta", from_commit=None)]}
+    return json.dumps({**doc, **changes}).encode()
+
+
+def test_a_good_index_lists_the_delta_from_each_commit() -> None:
+    parsed = parse_index(index(), REF, WHAT)
+    assert (parsed.ref, parsed.to_commit, parsed.to_version) == (REF, NEW, "4.14.3")
+    found = parsed.delta_from(OLD)
+    assert found is not None
+    assert (found.file, found.from_commit, found.to_commit, found.size, found.sha256) == \
+        (f"{OLD}-{NEW}.delta", OLD, NEW, 1234, SHA)
+    assert parsed.delta_from("d" * 64) is None
+    assert parse_index(index(to_version=7), REF, WHAT).to_version is None
+
+
+ENTRY_PROBLEM = "a files entry is not a delta file to bbbbbbbbbbbb with file, from_commit, " \
+                "to_commit, bytes and sha256"
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"\xff\xfe", "not a JSON document"),
+    (b"[1, 2", "not a JSON document"),
+    (b"[]", f"format is not {INDEX_FORMAT}"),
+    (index(format="other/v2"), f"format is not {INDEX_FORMAT}"),
+    (index(ref="microshift/x86_64/other"), "lists ref 'microshift/x86_64/other', the device "
+                                           f"tracks '{REF}'"),
+    (index(to_commit="B" * 64), "to_commit is not a commit checksum"),
+    (index(to_commit=None), "to_commit is not a commit checksum"),
+    (index(files={"a": 1}), "files is not a list"),
+    (index(files=["x"]), ENTRY_PROBLEM),
+    (index(files=[entry(file="../../etc/passwd")]), ENTRY_PROBLEM),
+    (index(files=[entry(file=7)]), ENTRY_PROBLEM),
+    (index(files=[entry(to_commit=OLD)]), ENTRY_PROBLEM),
+    (index(files=[entry(from_commit="x")]), ENTRY_PROBLEM),
+    (index(files=[entry(from_commit=5)]), ENTRY_PROBLEM),
+    (index(files=[entry(bytes=True)]), ENTRY_PROBLEM),
+    (index(files=[entry(bytes=0)]), ENTRY_PROBLEM),
+    (index(files=[entry(bytes="12")]), ENTRY_PROBLEM),
+    (index(files=[entry(sha256="z" * 64)]), ENTRY_PROBLEM),
+    (index(files=[entry(sha256=None)]), ENTRY_PROBLEM),
+    (index(files=[entry(from_commit="d" * 64)]),
+     f"file '{OLD}-{NEW}.delta' should be named {'d' * 64}-{NEW}.delta"),
+    (index(files=[entry(from_commit=None)]),
+     f"file '{OLD}-{NEW}.delta' should be named empty-{NEW}.delta"),
+])
+def test_an_index_the_device_must_not_trust_is_refused(data: bytes, problem: str) -> None:
+    with pytest.raises(UpdateRefused) as caught:
+        parse_index(data, REF, WHAT)
+    assert str(caught.value).startswith(f"{WHAT}: {problem}"), str(caught.value)
+
+
+# --- fetching it -------------------------------------------------------------------------
+class Handler(BaseHTTPRequestHandler):
+    bodies: ClassVar[dict[str, tuple[int, bytes]]] = {}
+
+    def do_GET(self) -> None:
+        status, body = self.bodies.get(self.path, (404, b""))
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Handler.bodies = {"/index.json": (200, b"{}"), "/broken": (500, b"oops"),
+                      "/huge": (200, b"x" * (MAX_METADATA + 1)),
+                      "/limit": (200, b"y" * MAX_METADATA)}
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_fetching_the_index(server: str) -> None:
+    fetched = fetch_small(f"{server}/index.json", timeout=5)
+    assert fetched is not None and (fetched.data, fetched.url) == (b"{}", f"{server}/index.json")
+    limit = fetch_small(f"{server}/limit", timeout=5)
+    assert limit is not None and len(limit.data) == MAX_METADATA
+    assert fetch_small(f"{server}/missing", timeout=5) is None  # no index: fall back to pull
+    with pytest.raises(UpdateRefused, match=f"^{server}/huge is larger than {MAX_METADATA} "
+                                            "bytes: not an update index"):
+        fetch_small(f"{server}/huge", timeout=5)
+    with pytest.raises(BuildError, match=f"^GET {server}/broken: HTTP 500 "):
+        fetch_small(f"{server}/broken", timeout=5)
+
+
+def test_an_unreachable_server_is_a_failure_not_a_missing_index() -> None:
+    with pytest.raises(BuildError, match=r"^GET http://127\.0\.0\.1:9/index\.json: "):
+        fetch_small("http://127.0.0.1:9/index.json", timeout=5)
