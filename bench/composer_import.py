@@ -59,7 +59,9 @@ def service_tarball(work: Path, tree: Path) -> Path:
 def old_pull(tarball: Path, repo: Path) -> None:
     with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
         with tarfile.open(tarball) as tar:
-            tar.extractall(tmp, filter="data")
+            # Python 3.11.2 (Debian 12) has no extraction filters; this is our own tarball.
+            tar.extractall(tmp, **({"filter": "data"} if hasattr(tarfile, "data_filter")
+                                   else {}))
         _ostree("init", "--mode=archive", f"--repo={repo}")
         _ostree(f"--repo={repo}", "pull-local", f"{tmp}/repo", REF)
         _ostree(f"--repo={repo}", "summary", "-u")

@@ -57,10 +57,14 @@ def replace_file(path: Path, data: bytes, mode: int = 0o644, uid: int = 0, gid: 
     """Write a new inode and rename it over `path` (never writes through a hard link)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    os.chown(tmp, uid, gid)
-    tmp.chmod(mode)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.chown(tmp, uid, gid)
+        tmp.chmod(mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def unshare(path: Path) -> None:

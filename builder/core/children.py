@@ -33,12 +33,17 @@ class Agent:
 
 
 def gpg_agents() -> Iterator[Agent]:
-    """Every running gpg-agent with an explicit --homedir (what gpg starts for one)."""
+    """Every gpg-agent of this user with an explicit --homedir (what gpg starts for one).
+
+    Other users' agents (another user's build or test run) are never ours to stop, and
+    their homes may not even be readable."""
     boot = _boot_time()
     for entry in PROC.iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            if entry.stat().st_uid != os.getuid():
+                continue
             argv = (entry / "cmdline").read_bytes().split(b"\0")
             stat = (entry / "stat").read_text()
         except OSError:

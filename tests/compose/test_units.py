@@ -18,6 +18,7 @@ from builder.compose.rootfs import tree_path, var_to_tmpfiles
 from builder.compose.units import apply_presets, disable, enable
 from builder.core.errors import BuildError, InputError
 from builder.release.ostree_config import parse_ostree
+from tests.support import requires
 from tests.support.cli import RELEASE
 
 UNIT = """[Unit]
@@ -30,6 +31,9 @@ ExecStart=/bin/true
 WantedBy=multi-user.target
 Alias=ms.service
 """
+
+
+OWNS_FILES = requires.root_only("the image tree's files are owned by root:root")
 
 
 def _unit(tree: Path, name: str, text: str = UNIT) -> None:
@@ -103,6 +107,7 @@ def _snapshot(store: Path) -> dict[str, str]:
             for p in sorted(store.rglob("*"))}
 
 
+@OWNS_FILES
 def test_normalized_store_is_identical_whatever_the_random_names_and_times(
         tmp_path: Path) -> None:
     one = _store(tmp_path / "1", ("RANDOMONE", "RANDOMTWO"), "2026-01-01T00:00:00.1Z")
@@ -117,6 +122,7 @@ def test_normalized_store_is_identical_whatever_the_random_names_and_times(
     assert (one / "overlay-images/images.lock").read_bytes() == b""
 
 
+@OWNS_FILES
 def test_storage_conf_merges_into_the_base_config(tmp_path: Path) -> None:
     conf = tmp_path / "etc/containers/storage.conf"
     conf.parent.mkdir(parents=True)
@@ -130,6 +136,7 @@ def test_storage_conf_merges_into_the_base_config(tmp_path: Path) -> None:
     assert 'runroot = "/run/containers/storage"' in text
 
 
+@OWNS_FILES
 def test_storage_conf_keeps_the_bases_comments_and_order(tmp_path: Path) -> None:
     conf = tmp_path / "etc/containers/storage.conf"
     conf.parent.mkdir(parents=True)
@@ -149,6 +156,7 @@ def test_storage_conf_keeps_the_bases_comments_and_order(tmp_path: Path) -> None
         "/usr/share/containers/storage"]
 
 
+@OWNS_FILES
 def test_storage_conf_is_written_when_the_base_has_none(tmp_path: Path) -> None:
     write_storage_conf(tmp_path)
     data = tomllib.loads((tmp_path / "etc/containers/storage.conf").read_text())
@@ -165,6 +173,7 @@ def test_tree_path_keeps_absolute_symlinks_inside_the_tree(tmp_path: Path) -> No
     assert tree_path(tmp_path, "/escape/passwd") == tmp_path / "etc/passwd"
 
 
+@OWNS_FILES
 def test_var_content_becomes_tmpfiles_lines_and_var_ends_empty(tmp_path: Path) -> None:
     (tmp_path / "var/lib/app").mkdir(parents=True)
     (tmp_path / "var/lib/app/seed").write_text("seed\n")
@@ -182,6 +191,7 @@ def test_var_content_becomes_tmpfiles_lines_and_var_ends_empty(tmp_path: Path) -
     assert not any("/var/lib/declared" in line for line in lines)
 
 
+@OWNS_FILES
 def test_firewall_extends_the_base_zone_definition(tmp_path: Path) -> None:
     zones = tmp_path / "usr/lib/firewalld/zones"
     zones.mkdir(parents=True)

@@ -27,6 +27,8 @@ from tests.support.cli import RELEASE, run_cli
 from tests.support.ostree import ComposedPair
 
 pytestmark = pytest.mark.integration
+# Booting runs the component plugins in a network namespace with br-ex.
+BOOTS = requires.root_only("booting the simulated device makes a network namespace")
 
 SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull", "lte-update")
 
@@ -48,6 +50,7 @@ def sample_pair(tmp_path_factory: pytest.TempPathFactory) -> UpdatePair:
     return build_sample_pair(make_ctx(build), build / "repo", 64 * 1024)
 
 
+@BOOTS
 @pytest.mark.parametrize("scenario", SCENARIO_NAMES)
 def test_scenario_passes_via_the_cli(tmp_path: Path, scenario: str,
                                      capsys: pytest.CaptureFixture[str]) -> None:
@@ -62,6 +65,7 @@ def test_scenario_passes_via_the_cli(tmp_path: Path, scenario: str,
     assert "PASS: MicroShift's data marker from v1 is intact" in out.err
 
 
+@BOOTS
 @pytest.mark.parametrize("scenario", SCENARIO_NAMES)
 def test_scenario_passes_as_a_library_call(tmp_path: Path, sample_pair: UpdatePair,
                                            scenario: str) -> None:
@@ -76,6 +80,7 @@ def test_scenario_passes_as_a_library_call(tmp_path: Path, sample_pair: UpdatePa
         assert outcome.failed_pull is not None
 
 
+@BOOTS
 def test_boot_with_a_crashlooping_component_runs_red_d(tmp_path: Path,
                                                        sample_pair: UpdatePair,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -98,6 +103,7 @@ def test_boot_with_a_crashlooping_component_runs_red_d(tmp_path: Path,
     assert "backups: diagnostics" in out
 
 
+@BOOTS
 def test_boot_runs_the_components_unit_and_microshift_applies_its_kustomization(
         tmp_path: Path, sample_pair: UpdatePair, capsys: pytest.CaptureFixture[str]) -> None:
     sysroot = tmp_path / "device"
@@ -188,6 +194,7 @@ def test_init_refuses_a_directory_that_is_not_empty(tmp_path: Path,
     assert "directory is not empty" in capsys.readouterr().err
 
 
+@BOOTS
 def test_simulate_takes_composed_commits_when_the_repo_has_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # A compose-like published repo: DIR/ostree/repo with one ref whose head has a parent.

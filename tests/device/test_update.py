@@ -27,8 +27,10 @@ from builder.device.sysroot import Device, release_deployments
 from builder.device.update import UPDATER, UpdateFailed, UpdateOptions, run_updater
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
 from tests.device.test_scenarios import make_ctx
+from tests.support import requires
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration,
+              requires.root_only("booting the simulated device makes a network namespace")]
 SIM = {"retry_delay_seconds": 0, "timeout_seconds": 20}
 
 

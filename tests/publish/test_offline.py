@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,7 +165,7 @@ def test_cli_says_what_is_wrong_with_a_file(tiny: TinyDelta, tmp_path: Path) -> 
     bad = tmp_path / offline_name(tiny.old, tiny.new)
     bad.write_bytes(b"\0" * 64)
     device = device_with(tmp_path, tiny, tiny.old)
-    proc = subprocess.run(["python", "-m", "builder", "apply-delta", "--repo", str(device),
+    proc = subprocess.run([sys.executable, "-m", "builder", "apply-delta", "--repo", str(device),
                            str(bad)], capture_output=True, text=True, check=False,
                           cwd=Path(__file__).resolve().parents[2])
     assert proc.returncode == 1

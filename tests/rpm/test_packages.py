@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from builder.release.model import load_release
+from tests.support import requires
 from tests.support.cli import RELEASE, build_release, extract_rpm, rpm_query, run_cli
 from tests.support.keys import make_release_key
 
@@ -257,6 +258,7 @@ def test_noop_rebuild_skips_every_package_and_payload_change_rebuilds_only_core(
         assert f"rpm:microshift-{component}.x86_64: unchanged" in err
 
 
+@requires.root_only("build-image composes, which runs rpm --root")
 def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key(
         tmp_path: Path, rpm_root: Path) -> None:
     homedir = tmp_path / "gnupg"
@@ -283,6 +285,7 @@ def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key
     assert not (build / "gpg").exists()  # no SAMPLE key when the user gives one
 
 
+@requires.root_only("build-image composes, which runs rpm --root")
 def test_two_fresh_sample_builds_give_the_same_rpms_and_commit(tmp_path: Path) -> None:
     commits = []
     for name in ("one", "two"):

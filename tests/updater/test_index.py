@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ from typing import Any, ClassVar
 
 import pytest
 
+from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.updater.index import (
@@ -84,6 +86,57 @@ def test_a_signature_that_does_not_verify_is_refused(keys: tuple[Key, Key], case
         verify_signature(Runner(), signed, signature, [release.public], WHAT)
     assert str(caught.value).startswith(
         f"{WHAT}: signature does not verify with the remote's keys ({reason})")
+    assert caught.value.hint == "the device keeps its commit; publish the index signed with " \
+                                "the key the devices trust"
+
+
+def test_verifying_leaves_no_gnupg_home_and_no_agent_behind(
+        keys: tuple[Key, Key], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    release, _ = keys
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    data = b"{}"
+    verify_signature(Runner(), data, release.sign(data), [release.public], WHAT)
+    with pytest.raises(UpdateRefused):
+        verify_signature(Runner(), data + b"!", release.sign(data), [release.public], WHAT)
+    assert not list(scratch.iterdir())  # the throwaway homes are gone ...
+    assert not [a for a in gpg_agents() if a.homedir.is_relative_to(scratch)]  # ... and agents
+
+
+def test_an_expired_or_revoked_key_is_refused(tmp_path: Path) -> None:
+    """Signed while the key was good; a device checking today must still refuse."""
+    home = tmp_path / "gpg"
+    home.mkdir(mode=0o700)
+
+    def gpg(*args: str, data: bytes | None = None) -> bytes:
+        return subprocess.run(["gpg", "--homedir", str(home), "--batch", "--pinentry-mode",
+                               "loopback", "--passphrase", "", *args], input=data,
+                              capture_output=True, check=True).stdout
+
+    past = ["--faked-system-time", "20200101T000000!", "--ignore-time-conflict"]
+    gpg(*past, "--quick-gen-key", "Old <old@example.invalid>", "ed25519", "sign", "1d")
+    data = b'{"index": 1}\n'
+    signature = gpg(*past, "--detach-sign", "--output", "-", data=data)
+    expired = tmp_path / "expired.asc"
+    expired.write_bytes(gpg("--armor", "--export"))
+    with pytest.raises(UpdateRefused, match=r"\((EXPKEYSIG|KEYEXPIRED)\)"):
+        verify_signature(Runner(), data, signature, [expired], WHAT)
+
+    gpg("--quick-gen-key", "Revoked <revoked@example.invalid>", "ed25519", "sign", "never")
+    fingerprint = next(line.split(":")[9] for line in gpg(
+        "--with-colons", "--list-secret-keys", "Revoked").decode().splitlines()
+        if line.startswith("fpr:"))
+    signature = gpg("--local-user", fingerprint, "--detach-sign", "--output", "-", data=data)
+    certificate = (home / "openpgp-revocs.d" / f"{fingerprint}.rev").read_text()
+    gpg("--import", data=certificate.replace(":-----BEGIN", "-----BEGIN").encode())
+    revoked = tmp_path / "revoked.asc"
+    revoked.write_bytes(gpg("--armor", "--export", fingerprint))
+    try:
+        with pytest.raises(UpdateRefused, match=r"\(REVKEYSIG\)"):
+            verify_signature(Runner(), data, signature, [revoked], WHAT)
+    finally:
+        subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False)
 
 
 def test_no_keys_is_a_refusal_not_a_pass(keys: tuple[Key, Key]) -> None:
