@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "mutation"
@@ -62,7 +63,7 @@ def prepare(module: str) -> Path:
     return work
 
 
-def run(module: str, jobs: int) -> dict[str, object]:
+def run(module: str, jobs: int) -> dict[str, Any]:
     work = prepare(module)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     # The console script, not `-m mutmut`: the trampolines import mutmut.__main__ again.
@@ -95,15 +96,15 @@ def main() -> int:
         result = run(module, args.jobs)
         results.append(result)
         print(f"<== {module}: {result['killed']}/{result['mutants']} killed "
-              f"({float(result['score']):.1%}), {len(result['survived'])} survived, "  # type: ignore[arg-type]
-              f"{len(result['no_tests'])} reached by no test", flush=True)  # type: ignore[arg-type]
-        for name in result["survived"]:  # type: ignore[attr-defined]
+              f"({float(result['score']):.1%}), {len(result['survived'])} survived, "
+              f"{len(result['no_tests'])} reached by no test", flush=True)
+        for name in result["survived"]:
             print(f"      survived: {name}")
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "report.json").write_text(json.dumps(results, indent=2) + "\n")
-    low = [r["module"] for r in results if float(r["score"]) < args.min_score]  # type: ignore[arg-type]
+    low = [r["module"] for r in results if float(r["score"]) < args.min_score]
     if low:
-        print(f"mutation score under {args.min_score:.0%}: {', '.join(low)}")  # type: ignore[arg-type]
+        print(f"mutation score under {args.min_score:.0%}: {', '.join(low)}")
         return 1
     return 0
 

@@ -14,7 +14,9 @@ from pydantic import ValidationError
 
 from builder.core.errors import InputError
 from builder.updater.config import (
+    LIMITS,
     UpdateConfig,
+    Window,
     load_update_config,
     parse_update_config,
     parse_window,
@@ -62,12 +64,39 @@ def test_a_missing_or_empty_file_means_every_default(tmp_path: Path) -> None:
     assert load_update_config(tmp_path / "empty.yaml") == UpdateConfig()
 
 
+def test_every_value_set_is_read() -> None:
+    parsed = parse_update_config({
+        "remote": "edge-fleet", "updates_url": "https://updates.example.com/edge/updates//",
+        "max_bytes_per_second": 10 * 1024 ** 3, "staging_max_bytes": 1024 * 1024,
+        "retries": 1000, "retry_delay_seconds": 86400, "timeout_seconds": 1, "reboot": True,
+        "maintenance_window": "23:30-01:15", "allow_downgrade": True}, "update.yaml")
+    assert parsed == UpdateConfig(
+        remote="edge-fleet", updates_url="https://updates.example.com/edge/updates/",
+        max_bytes_per_second=10 * 1024 ** 3, staging_max_bytes=1024 * 1024, retries=1000,
+        retry_delay_seconds=86400, timeout_seconds=1, reboot=True,
+        maintenance_window=Window(23 * 60 + 30, 75), allow_downgrade=True)
+    # Every limit's bounds are inclusive.
+    for key, (_, low, high, _) in LIMITS.items():
+        for value in (low, high):
+            assert getattr(parse_update_config({key: value}, "u.yaml"), key) == value
+
+
 @pytest.mark.parametrize(("text", "field", "words"), [
     ("max_bytes_per_second: -1\n", "max_bytes_per_second", "0 (no cap) or bytes per second"),
-    ("maintenance_window: '25:00-01:00'\n", "maintenance_window", "HH:MM-HH:MM"),
-    ("maintenance_window: '02:00-02:00'\n", "maintenance_window", "start and end differ"),
+    ("retries: 1001\n", "retries",
+     "retries: 1001 is not allowed; allowed: 0..1000 attempts after the first (at most 1000)"),
+    ("maintenance_window: '25:00-01:00'\n", "maintenance_window",
+     "maintenance_window: '25:00-01:00' is not allowed; allowed: HH:MM-HH:MM (24-hour local "
+     "time, e.g. 02:00-04:30; may wrap past midnight)"),
+    ("maintenance_window: '02:00-02:00'\n", "maintenance_window",
+     "maintenance_window: '02:00-02:00' is empty; allowed: a window whose start and end "
+     "differ"),
     ("reboot: 'yes'\n", "reboot", "true or false"),
-    ("updates_url: ftp://x/\n", "updates_url", "http:// or https://"),
+    ("updates_url: ftp://x/\n", "updates_url",
+     "updates_url: 'ftp://x/' is not allowed; allowed: an http:// or https:// URL without "
+     "spaces"),
+    ("remote: 'bad name'\n", "remote", "remote: 'bad name' is not allowed; allowed: an "
+                                       "ostree remote name (letters, digits, '.', '_', '-')"),
     ("retries: 5\nbandwidth: 10\n", "bandwidth", "allowed keys here"),
 ])
 def test_a_bad_value_names_the_key(tmp_path: Path, text: str, field: str, words: str) -> None:
