@@ -12,6 +12,9 @@ from builder.core.steps import file_digest
 from builder.release.payload import Payload, PayloadFile
 from builder.release.samples import write_payload_standin
 
+DOWNLOAD_TIMEOUT = 60     # seconds without a byte from the server before giving up
+DOWNLOAD_CHUNK = 1 << 20  # streamed: a real payload is ~100 MB and never held in memory
+
 
 def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
                     scratch: Path) -> dict[PayloadFile, Path]:
@@ -44,9 +47,9 @@ def _download(ctx: Context, url: str, sha256: str, dest: Path, field: str) -> No
     tmp = Path(tmp_name)
     try:
         with ctx.progress.step(f"download {url}"), os.fdopen(fd, "wb") as handle:
-            with requests.get(url, stream=True, timeout=60) as response:
+            with requests.get(url, stream=True, timeout=DOWNLOAD_TIMEOUT) as response:
                 response.raise_for_status()
-                for chunk in response.iter_content(1 << 20):
+                for chunk in response.iter_content(DOWNLOAD_CHUNK):
                     handle.write(chunk)
             ctx.progress.info(f"{handle.tell()} bytes")
         actual = file_digest(tmp)

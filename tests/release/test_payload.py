@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from builder.core.errors import InputError
 from builder.release.model import default_data_backup, load_release
+from builder.release.payload import Payload
 from builder.release.release_info import release_info_files
 from builder.release.samples import payload_standin
 from tests.release.test_release import write_release
@@ -119,3 +122,42 @@ def test_release_info_lists_every_release_image_by_digest_in_upstreams_format(
     assert info["images"] == {img.name: img.ref for img in release.images()}
     assert all("@sha256:" in ref for ref in info["images"].values())
     assert "pause" in info["images"]
+
+
+def test_every_source_carries_its_location_sha256_and_field(tmp_path: Path) -> None:
+    etcd = tmp_path / "microshift-etcd"
+    etcd.write_bytes(b"etcd\n")
+    etcd_sha = hashlib.sha256(b"etcd\n").hexdigest()
+    path = write_release(tmp_path, _files(
+        {"install": "/usr/bin/microshift", "url": "https://example.invalid/m", "sha256": "a" * 64},
+        {"install": "/usr/bin/microshift-etcd", "path": str(etcd), "sha256": etcd_sha},
+        {"install": "/usr/bin/microshift-sos-report", "sample": "microshift-sos-report"}))
+    assert [f.source for f in load_release(path).payload] == [
+        Payload("url", "https://example.invalid/m", "a" * 64, f"{CORE}.payload.files[0]"),
+        Payload("path", str(etcd), etcd_sha, f"{CORE}.payload.files[1]"),
+        Payload("sample", "microshift-sos-report", None, f"{CORE}.payload.files[2]")]
+    (tmp_path / "single").mkdir()
+    single = write_release(tmp_path / "single", lambda d: d["components"]["core"].update(
+        payload={"path": str(etcd)}))
+    assert [f.source for f in load_release(single).payload] == [
+        Payload("path", str(etcd), None, f"{CORE}.payload")]
+
+
+@pytest.mark.parametrize(("make", "problem"), [
+    (lambda p: None, "payload file {p} does not exist (hint: build it first or fix the path)"),
+    (lambda p: p.mkdir(), "{p} is not a regular file"),
+    (lambda p: p.write_bytes(b"other\n"),
+     "mismatch: {p} has sha256 " + hashlib.sha256(b"other\n").hexdigest() + ", release.yaml "
+     "says " + "b" * 64),
+])
+def test_a_bad_local_payload_names_file_field_and_problem(tmp_path: Path, make: Any,
+                                                         problem: str) -> None:
+    local = tmp_path / "payload"
+    make(local)
+    field = "path" if "mismatch" not in problem else "sha256"
+    release = write_release(tmp_path, _files(
+        {"install": "/usr/bin/microshift", "path": str(local), "sha256": "b" * 64}))
+    with pytest.raises(InputError) as info:
+        load_release(release)
+    assert str(info.value) == f"{release}: {CORE}.payload.files[0].{field}: " \
+                              f"{problem.format(p=local)}"

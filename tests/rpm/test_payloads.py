@@ -4,6 +4,7 @@ against release.yaml's sha256 before anything is built, cached by digest."""
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +13,10 @@ from typing import ClassVar
 
 import pytest
 
+from builder.context import Context
+from builder.core.progress import Progress
+from builder.release.samples import payload_standin
+from builder.rpm.payloads import resolve_payload
 from tests.release.test_release import write_release
 from tests.support.cli import run_cli
 
@@ -74,16 +79,47 @@ def test_a_payload_whose_sha256_differs_is_refused_and_nothing_is_kept(
     assert served == ["/microshift"]
     # Nothing downloaded is kept, and no RPM was built from it.
     assert not [p for p in built_files(build) if "payloads" in p.parts or p.suffix == ".rpm"]
+    # Fixed in release.yaml, the next run downloads it into the same (existing) cache.
+    fixed = url_release(tmp_path, f"{base}/microshift", actual)
+    assert run_cli("--release", fixed, "rpms", "--build-dir", build) == 0
+    assert (build / ".cache/payloads" / actual).read_bytes() == BINARY
+
+
+def resolved(tmp_path: Path, payload: dict[str, str]) -> tuple[Path, Path]:
+    """resolve_payload for a release whose core payload is this one file."""
+    release = write_release(tmp_path, lambda d: d["components"]["core"].update(
+        payload={"files": [{"install": "/usr/bin/microshift", **payload}]}))
+    ctx = Context(build_dir=tmp_path / "build", release_path=release,
+                  progress=Progress(stream=io.StringIO()))
+    [file] = ctx.release.payload
+    scratch = tmp_path / "scratch"
+    return resolve_payload(ctx, "core", (file,), scratch)[file], scratch
+
+
+def test_a_local_payload_is_used_where_it_is(tmp_path: Path) -> None:
+    local = tmp_path / "microshift"
+    local.write_bytes(BINARY)
+    path, _ = resolved(tmp_path, {"path": str(local)})
+    assert path == local
+
+
+def test_a_sample_payload_is_generated_in_scratch_space_for_this_version(tmp_path: Path) -> None:
+    path, scratch = resolved(tmp_path, {"sample": "microshift"})
+    assert path == scratch / "payloads" / "core" / "usr_bin_microshift"
+    assert path.read_bytes() == payload_standin("microshift", "4.14.2")
+    assert not (tmp_path / "build").exists()  # nothing of it in the build directory
 
 
 def test_a_verified_payload_is_packaged_and_downloaded_once(
-        tmp_path: Path, server: tuple[str, list[str]]) -> None:
+        tmp_path: Path, server: tuple[str, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     base, served = server
     release = url_release(tmp_path, f"{base}/microshift", hashlib.sha256(BINARY).hexdigest())
     build = tmp_path / "build"
     for _ in range(2):
         assert run_cli("--release", release, "rpms", "--build-dir", build) == 0
     assert served == ["/microshift"]  # the second run takes it from the cache
+    err = capsys.readouterr().err
+    assert err.count(f"==> download {base}/microshift") == 1 and f"{len(BINARY)} bytes" in err
     cached = build / ".cache/payloads" / hashlib.sha256(BINARY).hexdigest()
     assert cached.read_bytes() == BINARY
 
