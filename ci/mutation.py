@@ -40,14 +40,37 @@ MODULES: dict[str, list[str]] = {
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]
+# greenboot's decision points (bash, which mutmut cannot mutate): each line below is changed
+# by hand, one at a time, and tests/device/test_greenboot.py must fail for each.
+GREENBOOT = "specs/sources/microshift-greenboot/usr"
+FUNCTIONS = f"{GREENBOOT}/share/microshift/functions/greenboot.sh"
+CHECK = f"{GREENBOOT}/lib/greenboot/check/required.d/40-microshift-running-check.sh"
+GREENBOOT_TESTS = ["tests/device/test_greenboot.py"]
+SHELL_MUTANTS: list[tuple[str, str, str]] = [  # file, original, mutant
+    (FUNCTIONS, "local timeout=$(( base * (max - counter) ))",
+     "local timeout=$(( base * (max - counter + 1) ))"),
+    (FUNCTIONS, "local timeout=$(( base * (max - counter) ))", "local timeout=$(( base ))"),
+    (FUNCTIONS, 'if [ "${timeout}" -le 0 ] ; then', 'if [ "${timeout}" -lt 0 ] ; then'),
+    (FUNCTIONS, "counter=$(( max - 1 ))", "counter=$(( max ))"),
+    (FUNCTIONS, '[[ ! "${base}" =~ ^[1-9][0-9]{0,3}$ ]]', '[[ ! "${base}" =~ ^[0-9]+$ ]]'),
+    (FUNCTIONS, '[[ ! "${max}" =~ ^[1-9]$ ]]', '[[ ! "${max}" =~ ^[0-9]+$ ]]'),
+    (FUNCTIONS, 'if [ "${now}" -ge "${deadline}" ] ; then', 'if false ; then'),
+    (FUNCTIONS, '[ "${body}" = "ok" ] || return 1', 'true'),
+    (FUNCTIONS, '[[ ! "${kind}" =~ ^(deployment|daemonset|statefulset)$ ]]', 'false'),
+    (CHECK, 'if [ "$(systemctl is-failed "${unit}" 2>/dev/null ||',
+     'if [ "$(systemctl is-failed "${unit}" 2>/dev/null && false ||'),
+    (CHECK, '[ "$(systemctl is-active microshift.service 2>/dev/null || true)" = "active" ]',
+     'true'),
+    (CHECK, '!= "enabled" ] ; then', '= "never" ] ; then'),
+    (CHECK, 'if ! WORKLOADS="$(health_workloads)" ; then', 'if ! WORKLOADS="" ; then'),
+]
 KILLED = {1, 3, -24, 24, 152, 255, 36, -9}   # mutmut: test failure, error or timeout
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
 
-def prepare(module: str) -> Path:
-    """A copy of the project whose setup.cfg mutates `module` alone."""
-    work = WORK / module.replace("/", "_").removesuffix(".py")
+def copy_project(work: Path) -> None:
+    """The tracked files, as they are in the working tree, into `work` (emptied first)."""
     shutil.rmtree(work, ignore_errors=True)
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
                            check=True).stdout.decode().split("\0")
@@ -55,6 +78,12 @@ def prepare(module: str) -> Path:
         if (ROOT / name).is_file():
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, work / name)
+
+
+def prepare(module: str) -> Path:
+    """A copy of the project whose setup.cfg mutates `module` alone."""
+    work = WORK / module.replace("/", "_").removesuffix(".py")
+    copy_project(work)
     config = ["[mutmut]", "source_paths=builder/", f"only_mutate={module}",
               "pytest_add_cli_args_test_selection=",
               *[f"    {test}" for test in MODULES[module]], "also_copy=",
@@ -83,17 +112,44 @@ def run(module: str, jobs: int) -> dict[str, Any]:
             "no_tests": untested, "score": round(killed / total, 4) if total else 1.0}
 
 
+def run_shell_mutants() -> dict[str, Any]:
+    """Each greenboot decision point changed in a copy; the greenboot tests must fail."""
+    work = WORK / "greenboot"
+    survived, killed = [], 0
+    for index, (file, original, mutant) in enumerate(SHELL_MUTANTS):
+        copy_project(work)
+        path = work / file
+        text = path.read_text()
+        if text.count(original) != 1:
+            sys.exit(f"{file}: {original!r} should occur once (ci/mutation.py is stale)")
+        path.write_text(text.replace(original, mutant))
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                               "no:cacheprovider", *GREENBOOT_TESTS], cwd=work,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                              capture_output=True, text=True, check=False)
+        name = f"greenboot.{index}: {Path(file).name}: {original} -> {mutant}"
+        if proc.returncode == 0:
+            survived.append(name)
+        else:
+            killed += 1
+        print(f"      {'killed' if proc.returncode else 'SURVIVED'}: {name}", flush=True)
+    total = len(SHELL_MUTANTS)
+    return {"module": "greenboot (bash, by hand)", "mutants": total, "killed": killed,
+            "survived": survived, "no_tests": [], "score": round(killed / total, 4)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", default=list(MODULES), choices=list(MODULES),
-                        metavar="MODULE")
+    parser.add_argument("modules", nargs="*", default=[*MODULES, "greenboot"],
+                        choices=[*MODULES, "greenboot"], metavar="MODULE")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--min-score", type=float, default=0.90)
     args = parser.parse_args()
     results = []
     for module in args.modules:
-        print(f"==> mutating {module} (tests: {', '.join(MODULES[module])})", flush=True)
-        result = run(module, args.jobs)
+        tests = MODULES.get(module, GREENBOOT_TESTS)
+        print(f"==> mutating {module} (tests: {', '.join(tests)})", flush=True)
+        result = run_shell_mutants() if module == "greenboot" else run(module, args.jobs)
         results.append(result)
         print(f"<== {module}: {result['killed']}/{result['mutants']} killed "
               f"({float(result['score']):.1%}), {len(result['survived'])} survived, "

@@ -53,15 +53,32 @@ def no_gpg_agent_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) 
                 os.kill(agent.pid, signal.SIGTERM)
 
 
-@pytest.fixture(scope="session")
-def built_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One build of the sample release: DIR/rpms, DIR/repo, DIR/sample-base/{rpms,repo}."""
-    return build_release(tmp_path_factory.mktemp("built-release"))
+def fingerprint(root: Path) -> list[tuple[str, int, int]]:
+    """Every file's path, size and mtime, except GnuPG homes (gpg touches its own files)."""
+    return sorted((str(p.relative_to(root)), p.lstat().st_size, p.lstat().st_mtime_ns)
+                  for p in root.rglob("*") if not p.is_dir()
+                  and not any(part == "gpg" or part.startswith(".gpg") for part in p.parts))
 
 
 @pytest.fixture(scope="session")
-def composed_pair(built_release: Path, tmp_path_factory: pytest.TempPathFactory) -> ComposedPair:
+def built_release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One build of the sample release: DIR/rpms, DIR/repo, DIR/sample-base/{rpms,repo}.
+    Shared by many tests, so none may change it: checked when the session ends."""
+    build = build_release(tmp_path_factory.mktemp("built-release"))
+    before = fingerprint(build)
+    yield build
+    assert fingerprint(build) == before, f"a test changed the shared build {build}"
+
+
+@pytest.fixture(scope="session")
+def composed_pair(built_release: Path,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[ComposedPair]:
     """A copy of built_release where release 1, then release 2, were composed, deltas made.
-    Tests must not change it; they copy it (tests/support/ostree.py) when they need to."""
+    Tests must not change it; they copy it (tests/support/ostree.py) when they need to;
+    checked when the session ends."""
     requires.need_root("compose runs rpm --root and keeps ownership")
-    return compose_pair(built_release, tmp_path_factory.mktemp("composed-pair"))
+    pair = compose_pair(built_release, tmp_path_factory.mktemp("composed-pair"))
+    before = fingerprint(pair.build_dir)
+    yield pair
+    assert fingerprint(pair.build_dir) == before, \
+        f"a test changed the shared composed pair {pair.build_dir}"

@@ -7,6 +7,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from builder.publish.offline import (
     write_offline_file,
 )
 from tests.support.deltas import TinyDelta, make_tiny_delta, ostree
+from tests.support.keys import make_release_key
 
 NO_FALLBACK = ("--min-fallback-size=0",)
 
@@ -145,9 +147,12 @@ def test_a_renamed_file_is_caught(tiny: TinyDelta, tmp_path: Path) -> None:
 def test_the_device_must_hold_the_source_commit(tiny: TinyDelta, tmp_path: Path) -> None:
     written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
     device = device_with(tmp_path, tiny, None)
-    with pytest.raises(OfflineDeltaError, match=f"commit {tiny.old}, the delta's source, is "
-                                                "not in repository"):
+    with pytest.raises(OfflineDeltaError) as caught:
         apply_offline(Runner(), device, tmp_path / written.file)
+    assert str(caught.value) == (
+        f"{written.file}: commit {tiny.old}, the delta's source, is not in repository "
+        f"{device} (hint: this file updates devices that run that commit; use the file whose "
+        "name starts with the device's commit, or empty-*.delta)")
 
 
 def test_index_lists_each_file_with_its_size_and_sha256(tiny: TinyDelta,
@@ -171,3 +176,90 @@ def test_cli_says_what_is_wrong_with_a_file(tiny: TinyDelta, tmp_path: Path) -> 
     assert proc.returncode == 1
     assert f"{bad.name}: not an ostree static delta" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_index_is_pretty_sorted_json_naming_ref_head_and_files(tiny: TinyDelta,
+                                                                   tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    expected = {"format": "microshift-edge-builder/offline-deltas/v1", "ref": "test",
+                "to_commit": tiny.new, "to_version": "2", "files": [
+                    {"file": written.file, "from_commit": tiny.old, "from_version": "1",
+                     "to_commit": tiny.new, "to_version": "2", "bytes": written.bytes,
+                     "sha256": written.sha256, "parts": written.parts}]}
+    # Byte-stable (signed, and compared across reruns): 2-space indent, sorted keys.
+    assert index_json("test", tiny.new, "2", [written]) == \
+        json.dumps(expected, indent=2, sort_keys=True) + "\n"
+
+
+def test_applying_to_a_directory_that_is_no_repository_is_refused(tiny: TinyDelta,
+                                                                  tmp_path: Path) -> None:
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    with pytest.raises(OfflineDeltaError) as caught:
+        apply_offline(Runner(), tmp_path / "nothing", tmp_path / written.file)
+    assert str(caught.value) == f"{tmp_path / 'nothing'} is not an ostree repository"
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TinyDelta, Path, Path]]:
+    """A tiny delta to a commit signed by a release key; that key's and another key's
+    public halves."""
+    root = tmp_path_factory.mktemp("signed")
+    tiny = make_tiny_delta(root / "tiny", *NO_FALLBACK)
+    publics = []
+    for name in ("release", "other"):
+        home = root / name
+        fingerprint = make_release_key(home)
+        if name == "release":
+            ostree(tiny.repo, "gpg-sign", f"--gpg-homedir={home}", tiny.new, fingerprint)
+        public = root / f"{name}.asc"
+        public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--armor", "--export"],
+                                          check=True, capture_output=True).stdout)
+        publics.append(public)
+    # The delta again, now that the commit carries its signature.
+    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
+           *NO_FALLBACK)
+    yield tiny, publics[0], publics[1]
+    for name in ("release", "other"):
+        subprocess.run(["gpgconf", "--homedir", str(root / name), "--kill", "all"], check=False)
+
+
+def trusting(tmp_path: Path, tiny: TinyDelta, how: str, key: Path | None) -> Path:
+    device = device_with(tmp_path, tiny, tiny.old)
+    options = {"keypath": [f"--set=gpgkeypath={key}"], "import": [f"--gpg-import={key}"],
+               "none": []}[how]
+    ostree(device, "remote", "add", "--set=gpg-verify=true", *options, "origin",
+           "http://updates.example.com/repo")
+    return device
+
+
+@pytest.mark.parametrize("how", ["keypath", "import"])
+def test_a_delta_to_a_commit_signed_by_the_remotes_key_applies(
+        signed: tuple[TinyDelta, Path, Path], tmp_path: Path, how: str) -> None:
+    tiny, release, _ = signed
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    device = trusting(tmp_path, tiny, how, release)
+    assert apply_offline(Runner(), device, tmp_path / written.file, "origin") == tiny.new
+
+
+def test_a_delta_to_a_commit_another_key_signed_is_refused(
+        signed: tuple[TinyDelta, Path, Path], tmp_path: Path) -> None:
+    tiny, _, other = signed
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    device = trusting(tmp_path, tiny, "keypath", other)
+    with pytest.raises(OfflineDeltaError) as caught:
+        apply_offline(Runner(), device, tmp_path / written.file, "origin")
+    assert str(caught.value) == (
+        f"{written.file}: commit {tiny.new[:12]} does not verify with the keys of remote "
+        "'origin' (hint: do not deploy it; its objects stay unreferenced and `ostree prune` "
+        "removes them)")
+
+
+def test_a_remote_without_keys_verifies_nothing(signed: tuple[TinyDelta, Path, Path],
+                                                tmp_path: Path) -> None:
+    tiny, _, _ = signed
+    written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
+    device = trusting(tmp_path, tiny, "none", None)
+    with pytest.raises(OfflineDeltaError) as caught:
+        apply_offline(Runner(), device, tmp_path / written.file, "origin")
+    assert str(caught.value) == (f"remote 'origin' of {device} has no GPG keys to verify with "
+                                 "(hint: add the remote with --gpg-import=KEY.asc)")
