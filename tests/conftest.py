@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,6 +52,28 @@ def no_gpg_agent_outlives_the_session(tmp_path_factory: pytest.TempPathFactory) 
         if home.is_relative_to(base):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(agent.pid, signal.SIGTERM)
+
+
+def _working_tree_status() -> str | None:
+    """`git status` of the project, or None when the project is not a checkout's top (a
+    copy inside another checkout, as mutation testing makes, is not watched)."""
+    root = Path(__file__).resolve().parents[1]
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root,
+                         capture_output=True, text=True, check=False)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+        return None
+    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=root,
+                          capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_is_written_into_the_repository() -> Iterator[None]:
+    """Tests write into temporary directories only, never into specs/, tests/, ..."""
+    before = _working_tree_status()
+    yield
+    after = _working_tree_status()
+    assert before is None or after == before, \
+        f"the tests changed the working tree:\n{after}\n(was:\n{before})"
 
 
 def fingerprint(root: Path) -> list[tuple[str, int, int]]:
