@@ -35,7 +35,7 @@ MODULES: dict[str, list[str]] = {
     "builder/rpm/payloads.py": ["tests/rpm/test_payloads.py"],
     "builder/release/payload.py": ["tests/release/test_payload.py",
                                    "tests/release/test_release.py"],
-    "builder/core/signing.py": ["tests/core/test_signing.py"],
+    "builder/core/signing.py": ["tests/core/test_signing.py", "tests/ci/test_import_key.py"],
     "builder/installer/iso.py": ["tests/installer/test_iso.py"],
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).

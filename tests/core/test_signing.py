@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import io
+import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from builder.core.errors import InputError
+from builder.core.children import gpg_agents
+from builder.core.errors import BuildError, InputError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import (
     SAMPLE_PUBLIC_KEY,
+    SAMPLE_UID,
     SigningKey,
     ensure_sample_key,
+    gpg_time,
+    import_secret_key,
+    key_info,
+    release_signing_key,
     resolve_key,
+    sign_detached,
+    signature_epoch,
     stop_agent,
 )
+from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
 EPOCH = 1700000000
@@ -38,3 +51,123 @@ def test_sample_key_is_made_once_and_its_public_half_exported(sample_key: Signin
 def test_unknown_key_is_an_input_error(sample_key: SigningKey) -> None:
     with pytest.raises(InputError, match=r"--gpg-key: no secret key 'nobody@example\.invalid'"):
         resolve_key(Runner(), sample_key.homedir, "nobody@example.invalid")
+
+
+def gpg_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["gpg", "--homedir", str(home), "--batch", *args],
+                          capture_output=True, text=True, check=False)
+
+
+def test_the_sample_key_is_dated_at_the_epoch_and_exported_whole(sample_key: SigningKey,
+                                                                   tmp_path: Path) -> None:
+    assert key_info(Runner(), sample_key.homedir, SAMPLE_UID) == (sample_key.key_id, EPOCH)
+    assert gpg_time(EPOCH) == "20231114T221320"
+    assert sample_key.ostree_flags() == [f"--gpg-sign={sample_key.key_id}",
+                                         f"--gpg-homedir={sample_key.homedir}"]
+    assert not list(sample_key.homedir.parent.glob(".gpg-*"))  # no half-made homes left
+    # What devices import: that key's public half, nothing else.
+    home = tmp_path / "device"
+    home.mkdir(mode=0o700)
+    gpg_cli(home, "--import", str(sample_key.homedir / SAMPLE_PUBLIC_KEY))
+    listed = gpg_cli(home, "--with-colons", "--list-keys").stdout
+    assert [line.split(":")[9] for line in listed.splitlines() if line.startswith("fpr:")] == \
+        [sample_key.key_id]
+    assert gpg_cli(home, "--with-colons", "--list-secret-keys").stdout == ""
+
+
+def test_a_home_without_the_sample_key_gets_a_new_one(tmp_path: Path) -> None:
+    home = tmp_path / "gpg"
+    home.mkdir(mode=0o700)
+    (home / "pubring.kbx").write_bytes(b"")  # a keyring, but not the key
+    stream = io.StringIO()
+    key = ensure_sample_key(Runner(), Progress(stream=stream), home, EPOCH)
+    try:
+        assert key_info(Runner(), home, SAMPLE_UID) == (key.key_id, EPOCH)
+        assert f"created the SAMPLE signing key {key.key_id} in {home} (throwaway, no " \
+               "passphrase; use --gpg-homedir/--gpg-key for a real release)" in stream.getvalue()
+        assert (home / SAMPLE_PUBLIC_KEY).is_file() and not list(tmp_path.glob(".gpg-*"))
+    finally:
+        stop_agent(Runner(), home)
+
+
+def test_which_key_signs(sample_key: SigningKey, tmp_path: Path) -> None:
+    runner, stream = Runner(), io.StringIO()
+    progress = Progress(stream=stream)
+    for home, key_id in ((sample_key.homedir, None), (None, sample_key.key_id)):
+        with pytest.raises(InputError) as caught:
+            release_signing_key(runner, progress, home, key_id, sample_home=None, epoch=EPOCH)
+        assert str(caught.value) == "command line: --gpg-homedir/--gpg-key: give both or neither"
+    given = release_signing_key(runner, progress, sample_key.homedir, SAMPLE_UID,
+                                sample_home=tmp_path / "unused", epoch=EPOCH)
+    assert given == SigningKey(sample_key.key_id, sample_key.homedir.resolve())
+    assert release_signing_key(runner, progress, None, None, sample_home=sample_key.homedir,
+                               epoch=EPOCH) == sample_key
+    assert not (tmp_path / "unused").exists()
+    assert release_signing_key(runner, progress, None, None, sample_home=None,
+                               epoch=EPOCH) is None
+    assert "no signing key given (--gpg-homedir/--gpg-key): NOT signing" in stream.getvalue()
+
+
+def test_a_detached_signature_is_pinned_to_its_epoch_and_verifies(sample_key: SigningKey,
+                                                                   tmp_path: Path) -> None:
+    data = tmp_path / "index.json"
+    data.write_text('{"a": 1}\n')
+    signature = sign_detached(Runner(), sample_key, data, epoch=EPOCH + 5)
+    assert signature == tmp_path / "index.json.sig"
+    first = signature.read_bytes()
+    assert sign_detached(Runner(), sample_key, data, epoch=EPOCH + 5).read_bytes() == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index.json", "index.json.sig"]
+    verified = gpg_cli(sample_key.homedir, "--status-fd", "1", "--verify", str(signature),
+                       str(data))
+    valid = [line.split() for line in verified.stdout.splitlines() if "VALIDSIG" in line]
+    assert verified.returncode == 0 and valid[0][2] == sample_key.key_id
+    assert valid[0][4] == str(EPOCH + 5)  # the signature's creation time
+    data.write_text('{"a": 2}\n')
+    assert gpg_cli(sample_key.homedir, "--verify", str(signature), str(data)).returncode == 1
+
+
+def test_the_signature_time_is_never_before_the_key(sample_key: SigningKey) -> None:
+    assert signature_epoch(Runner(), sample_key, EPOCH - 100) == EPOCH
+    assert signature_epoch(Runner(), sample_key, EPOCH + 100) == EPOCH + 100
+
+
+def test_an_unknown_key_names_the_home_and_how_to_list_keys(sample_key: SigningKey) -> None:
+    with pytest.raises(InputError) as caught:
+        key_info(Runner(), sample_key.homedir, "nobody@example.invalid")
+    assert str(caught.value) == (
+        f"command line: --gpg-key: no secret key 'nobody@example.invalid' in GnuPG home "
+        f"{sample_key.homedir} (hint: list keys with `gpg --homedir DIR --list-secret-keys`)")
+
+
+def test_the_agent_of_a_home_is_stopped(sample_key: SigningKey, tmp_path: Path) -> None:
+    data = tmp_path / "x"
+    data.write_text("x")
+    sign_detached(Runner(), sample_key, data)  # signing starts the home's agent
+    assert [a for a in gpg_agents() if a.homedir == sample_key.homedir]
+    stop_agent(Runner(), sample_key.homedir)
+    deadline = time.monotonic() + 10
+    while [a for a in gpg_agents() if a.homedir == sample_key.homedir]:
+        assert time.monotonic() < deadline, "gpg-agent still runs"
+        time.sleep(0.05)
+
+
+def test_importing_the_release_key(sample_key: SigningKey, tmp_path: Path) -> None:
+    secret = gpg_cli(sample_key.homedir, "--pinentry-mode", "loopback", "--passphrase", "",
+                     "--armor", "--export-secret-keys", sample_key.key_id).stdout.encode()
+    home = tmp_path / "ci-home"
+    assert import_secret_key(Runner(), home, secret) == sample_key.key_id
+    assert home.stat().st_mode & 0o777 == 0o700
+    with pytest.raises(BuildError) as caught:
+        import_secret_key(Runner(), tmp_path / "garbage", b"-----BEGIN nothing-----\n")
+    assert str(caught.value) == (
+        "the release signing key could not be imported (gpg's output is not shown, so no key "
+        "material reaches the log) (hint: store an ASCII-armored secret key without passphrase "
+        "(gpg --armor --export-secret-keys KEYID) in the secret)")
+    other = tmp_path / "other"
+    make_release_key(other)
+    both = secret + gpg_cli(other, "--pinentry-mode", "loopback", "--passphrase", "",
+                            "--armor", "--export-secret-keys").stdout.encode()
+    with pytest.raises(BuildError, match=r"^the secret holds 2 secret keys; give exactly one$"):
+        import_secret_key(Runner(), tmp_path / "two", both)
+    for name in ("ci-home", "other", "two", "garbage"):
+        stop_agent(Runner(), tmp_path / name)

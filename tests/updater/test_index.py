@@ -91,6 +91,38 @@ def test_a_signature_that_does_not_verify_is_refused(keys: tuple[Key, Key], case
                                 "the key the devices trust"
 
 
+class Recording(Runner):
+    """The real runner, noting each command, its check= and the mode of the GnuPG home it
+    names when it runs (the tool-runner seam; gpg still runs for real)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[list[str], object, int | None]] = []
+
+    def run(self, argv: Any, **kwargs: Any) -> Any:
+        args = [str(a) for a in argv]
+        home = Path(args[args.index("--homedir") + 1]) if "--homedir" in args else None
+        mode = home.stat().st_mode & 0o777 if home is not None and home.exists() else None
+        self.calls.append((args, kwargs.get("check", "unset"), mode))
+        return super().run(argv, **kwargs)
+
+
+def test_gpg_runs_in_a_private_throwaway_home_whose_daemons_are_stopped(
+        keys: tuple[Key, Key]) -> None:
+    release, _ = keys
+    data = b"{}"
+    runner = Recording()
+    verify_signature(runner, data, release.sign(data), [release.public], WHAT)
+    *gpg_calls, stop = runner.calls
+    homes = {args[args.index("--homedir") + 1] for args, _, _ in runner.calls}
+    assert len(homes) == 1
+    [home] = homes
+    assert Path(home).name.startswith("microshift-update-gpg-") and not Path(home).exists()
+    assert [(args[0], check, mode) for args, check, mode in gpg_calls] == \
+        [("gpg", False, 0o700), ("gpg", False, 0o700)]  # a refusal is read, never raised
+    assert stop == (["gpgconf", "--homedir", home, "--kill", "all"], False, 0o700)
+
+
 def test_verifying_leaves_no_gnupg_home_and_no_agent_behind(
         keys: tuple[Key, Key], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     release, _ = keys
