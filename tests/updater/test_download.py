@@ -70,8 +70,11 @@ def test_a_later_run_resumes_what_an_earlier_one_staged(site: Path) -> None:
     with _server(site) as server:
         server.cut_delta_at([300_000, 300_001])
         # The first cut leaves 300000 bytes; the resume gets one more before the second.
-        with pytest.raises(BuildError, match="cut 2 times, 300001 of 1000003 bytes staged"):
+        with pytest.raises(BuildError) as caught:
             _download(site, server, delta, retries=1).run()
+        assert str(caught.value).startswith(f"download of {NAME} cut 2 times, 300001 of "
+                                            "1000003 bytes staged: ")
+        assert caught.value.hint == "the next run resumes from the last byte"
         assert (site / "staging" / (NAME + ".part")).stat().st_size == 300_001
         second = _download(site, server, delta)
         second.run()
@@ -97,7 +100,11 @@ def test_a_file_that_differs_from_the_index_is_refused_and_removed(site: Path) -
     delta = _delta(site, sha256="0" * 64)
     with _server(site) as server, pytest.raises(UpdateRefused) as caught:
         _download(site, server, delta).run()
-    assert "the signed index says 1000003 bytes with 0000000000000000" in str(caught.value)
+    actual = hashlib.sha256((site / "updates" / NAME).read_bytes()).hexdigest()
+    assert str(caught.value) == (
+        f"{NAME}: 1000003 bytes with sha256 {actual[:16]}..., the signed index says 1000003 "
+        "bytes with 0000000000000000... (hint: the staged copy was removed; the next run "
+        "downloads it again)")
     assert not any((site / "staging").glob("*.delta*"))
 
 
@@ -151,3 +158,61 @@ def test_a_server_that_ignores_range_restarts_from_zero(site: Path, tmp_path: Pa
         httpd.server_close()
     assert download.transfer.resumed_from == 5000 and download.transfer.restarts == 1
     assert path.read_bytes() == body
+
+
+class Ranged:
+    """A server that answers every range with 206 and the Content-Range it is given."""
+
+    def __init__(self, body: bytes, content_range: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
+                self.send_response(206)
+                self.send_header("Content-Range", content_range.format(
+                    start=start, end=len(body) - 1, size=len(body)))
+                self.send_header("Content-Length", str(len(body) - start))
+                self.end_headers()
+                self.wfile.write(body[start:])
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/{NAME}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize(("content_range", "accepted"), [
+    ("bytes {start}-{end}/{size}", True),
+    ("bytes {start}-{end}/*", True),           # the total may be unknown to the server
+    ("bytes 0-{end}/{size}", False),           # another start than asked for
+    ("bytes {start}-{end}/999", False),        # another file's length
+    ("items {start}-{end}/{size}", False),
+])
+def test_a_partial_answer_must_continue_the_staged_bytes(site: Path, content_range: str,
+                                                         accepted: bool) -> None:
+    body = (site / "updates" / NAME).read_bytes()
+    staging = site / "staging"
+    staging.mkdir()
+    (staging / STATE).write_text(json.dumps(_delta(site).__dict__, sort_keys=True) + "\n")
+    (staging / (NAME + ".part")).write_bytes(body[:5000])
+    server = Ranged(body, content_range)
+    download = Download(staging, server.url, _delta(site), Limits(retry_delay=0.0),
+                        lambda done, total: None)
+    try:
+        if accepted:
+            assert download.run().read_bytes() == body
+            return
+        with pytest.raises(UpdateRefused) as caught:
+            download.run()
+    finally:
+        server.close()
+    header = content_range.format(start=5000, end=SIZE - 1, size=SIZE)
+    assert str(caught.value) == (f"GET {server.url}: Content-Range {header!r} does not "
+                                 f"continue byte 5000 of a {SIZE}-byte file")
