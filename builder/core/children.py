@@ -85,8 +85,10 @@ def stop_gpg_agents(runner: Runner, build_dir: Path | None, given_homes: Iterabl
     stopped = []
     for agent in gpg_agents():
         during_run = agent.started >= run_started - 1  # start times have 1/100 s ticks
-        ours = agent.homedir.parent == build or (during_run and (
-            _inside(agent.homedir, homes) or not agent.homedir.exists()))
+        # A deep home is handed to gpg through a short symlink (signing.gnupg_home).
+        home = Path(os.path.realpath(agent.homedir))
+        ours = home.parent == build or (during_run and (
+            _inside(home, homes) or not agent.homedir.exists()))
         if not ours:
             continue
         if agent.homedir.is_dir():

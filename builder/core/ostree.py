@@ -18,7 +18,7 @@ from pathlib import Path
 
 from builder.core.errors import BuildError, ToolError
 from builder.core.runner import Runner
-from builder.core.signing import SigningKey
+from builder.core.signing import SigningKey, gnupg_home
 
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 # `ostree ls -R -C` lines: TYPE+MODE UID GID SIZE CHECKSUM [DIRMETA] PATH [-> TARGET]
@@ -175,9 +175,10 @@ class Repo:
     def gpg_sign(self, commit: str, gpg: SigningKey) -> None:
         """Sign once per key: a rerun after a crash between signing and moving the ref
         replaces its own earlier signature instead of adding a second one."""
-        self.runner.run(["ostree", f"--repo={self.path}", "gpg-sign", "--delete",
-                         f"--gpg-homedir={gpg.homedir}", commit, gpg.key_id], check=False)
-        self._run("gpg-sign", f"--gpg-homedir={gpg.homedir}", commit, gpg.key_id)
+        home = f"--gpg-homedir={gnupg_home(gpg.homedir)}"
+        self.runner.run(["ostree", f"--repo={self.path}", "gpg-sign", "--delete", home, commit,
+                         gpg.key_id], check=False)
+        self._run("gpg-sign", home, commit, gpg.key_id)
 
     def summary_update(self, gpg: SigningKey | None = None) -> None:
         self._run("summary", "-u", *(gpg.ostree_flags() if gpg else []))

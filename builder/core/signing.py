@@ -12,6 +12,7 @@ ostree commit signatures live in detached metadata and never change the commit c
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -34,12 +35,35 @@ class SigningKey:
     homedir: Path
 
     def ostree_flags(self) -> list[str]:
-        return [f"--gpg-sign={self.key_id}", f"--gpg-homedir={self.homedir}"]
+        return [f"--gpg-sign={self.key_id}", f"--gpg-homedir={gnupg_home(self.homedir)}"]
+
+
+# gpg-agent's sockets live in the GnuPG home, and a unix socket path has at most 107 bytes;
+# gpg-agent refuses a home of 87 bytes (measured with gnupg 2.2.40), so keep a margin.
+SOCKET_PATH_MAX = 80
+
+
+def gnupg_home(homedir: Path) -> Path:
+    """The path to hand gpg, rpmsign and ostree for `homedir`: itself, or where its path is
+    too long for gpg-agent's sockets (a deep build directory), a short symlink to it in the
+    temporary directory, named by the real path, so every tool finds the same agent."""
+    real = homedir.absolute()
+    if len(str(real)) <= SOCKET_PATH_MAX:
+        return real
+    digest = hashlib.sha256(str(real).encode()).hexdigest()[:16]
+    alias = Path(tempfile.gettempdir()) / f"msb-gnupg-{os.getuid()}-{digest}"
+    if not (alias.is_symlink() and os.readlink(alias) == str(real)):
+        tmp = alias.with_name(f"{alias.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(real)
+        os.replace(tmp, alias)
+    return alias
 
 
 def gpg(runner: Runner, homedir: Path, *args: str, input: bytes | None = None,
          epoch: int | None = None) -> str:
-    argv = ["gpg", "--homedir", str(homedir), "--batch", "--no-tty", "--pinentry-mode",
+    argv = ["gpg", "--homedir", str(gnupg_home(homedir)), "--batch", "--no-tty",
+            "--pinentry-mode",
             "loopback", "--passphrase", ""]
     if epoch is not None:
         # '!' freezes the clock; --ignore-time-conflict: the host clock may be past the epoch.
@@ -145,7 +169,8 @@ def sign_detached(runner: Runner, key: SigningKey, path: Path, epoch: int | None
 
 def stop_agent(runner: Runner, homedir: Path) -> None:
     """gpg starts an agent per homedir; stop ours so no process outlives the build."""
-    runner.run(["gpgconf", "--homedir", str(homedir), "--kill", "gpg-agent"], check=False)
+    runner.run(["gpgconf", "--homedir", str(gnupg_home(homedir)), "--kill", "gpg-agent"],
+               check=False)
 
 
 def signature_epoch(runner: Runner, key: SigningKey, source_date_epoch: int) -> int:
@@ -160,10 +185,11 @@ def import_secret_key(runner: Runner, homedir: Path, armored: bytes) -> str:
     a failed import names no more than that it failed."""
     homedir.mkdir(parents=True, exist_ok=True)
     homedir.chmod(0o700)
-    proc = runner.run(["gpg", "--homedir", str(homedir), "--batch", "--no-tty",
+    home = str(gnupg_home(homedir))
+    proc = runner.run(["gpg", "--homedir", home, "--batch", "--no-tty",
                        "--pinentry-mode", "loopback", "--passphrase", "", "--import"],
                       input=armored, check=False)
-    listing = runner.run(["gpg", "--homedir", str(homedir), "--batch", "--with-colons",
+    listing = runner.run(["gpg", "--homedir", home, "--batch", "--with-colons",
                           "--list-secret-keys"], check=False).stdout.decode()
     stop_agent(runner, homedir)
     fingerprints = [line.split(":")[9] for line in listing.splitlines()

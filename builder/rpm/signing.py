@@ -13,7 +13,14 @@ from pathlib import Path
 
 from builder.context import Context
 from builder.core.errors import BuildError
-from builder.core.signing import SigningKey, gpg, gpg_time, signature_epoch, stop_agent
+from builder.core.signing import (
+    SigningKey,
+    gnupg_home,
+    gpg,
+    gpg_time,
+    signature_epoch,
+    stop_agent,
+)
 
 
 def sign_rpms(ctx: Context, rpms: list[Path], key: SigningKey) -> None:
@@ -35,7 +42,7 @@ def sign_rpms(ctx: Context, rpms: list[Path], key: SigningKey) -> None:
             try:
                 ctx.runner.run(["rpmsign", "--addsign", "--define", f"__gpg {gpg_path}",
                                 "--define", f"_gpg_name {key.key_id}",
-                                "--define", f"_gpg_path {key.homedir}",
+                                "--define", f"_gpg_path {gnupg_home(key.homedir)}",
                                 "--define", f"_gpg_sign_cmd_extra_args {extra}", str(tmp)],
                                input=b"")
                 os.replace(tmp, rpm)

@@ -17,8 +17,10 @@ from builder.core.runner import Runner
 from builder.core.signing import (
     SAMPLE_PUBLIC_KEY,
     SAMPLE_UID,
+    SOCKET_PATH_MAX,
     SigningKey,
     ensure_sample_key,
+    gnupg_home,
     gpg_time,
     import_secret_key,
     key_info,
@@ -171,3 +173,28 @@ def test_importing_the_release_key(sample_key: SigningKey, tmp_path: Path) -> No
         import_secret_key(Runner(), tmp_path / "two", both)
     for name in ("ci-home", "other", "two", "garbage"):
         stop_agent(Runner(), tmp_path / name)
+
+
+def test_a_home_too_deep_for_gpg_agents_sockets_still_signs(tmp_path: Path) -> None:
+    """A unix socket path holds at most 107 bytes; a deep build directory's DIR/gpg is
+    handed to gpg (and ostree, rpmsign, gpgconf) through a short symlink."""
+    home = tmp_path / ("deep-" * 20) / "build" / "gpg"
+    assert len(str(home)) > SOCKET_PATH_MAX
+    key = ensure_sample_key(Runner(), Progress(stream=io.StringIO()), home, EPOCH)
+    try:
+        alias = gnupg_home(home)
+        assert alias.is_symlink() and alias.resolve() == home.resolve()
+        assert len(str(alias)) <= SOCKET_PATH_MAX and gnupg_home(home) == alias  # stable
+        data = tmp_path / "data"
+        data.write_text("x")
+        signature = sign_detached(Runner(), key, data, epoch=EPOCH)
+        assert gpg_cli(home, "--verify", str(signature), str(data)).returncode == 0
+        assert [a for a in gpg_agents() if a.homedir == alias]  # the agent runs there ...
+        stop_agent(Runner(), home)
+        deadline = time.monotonic() + 10
+        while [a for a in gpg_agents() if a.homedir == alias]:  # ... and stops
+            assert time.monotonic() < deadline, "gpg-agent still runs"
+            time.sleep(0.05)
+    finally:
+        stop_agent(Runner(), home)
+    assert gnupg_home(tmp_path / "gpg") == tmp_path / "gpg"  # short homes are used as they are
