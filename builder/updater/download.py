@@ -108,10 +108,10 @@ class Download:
         self.transfer.requests += 1
         with urllib.request.urlopen(request, timeout=self.limits.timeout) as response:
             if response.status == 200 and offset:
-                # The server ignored Range: take the whole body again from the start.
+                # The server ignored Range: take the whole body again from the start
+                # (_copy truncates the part at the offset it writes from).
                 self.transfer.restarts += 1
                 offset = 0
-                self.part.write_bytes(b"")
             elif response.status == 206:
                 self._check_range(response.headers.get("Content-Range", ""), offset)
             elif response.status != 200:

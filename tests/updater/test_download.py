@@ -43,11 +43,12 @@ def _server(site: Path) -> RepoServer:
     return RepoServer(site / "repo", updates=site / "updates")
 
 
-def _download(site: Path, server: RepoServer, delta: DeltaFile, **limits: int) -> Download:
+def _download(site: Path, server: RepoServer, delta: DeltaFile, **limits: float) -> Download:
     url = server.url.removesuffix("repo/") + "updates/" + NAME
-    progress: list[tuple[int, int]] = []
-    return Download(site / "staging", url, delta, Limits(**{"retry_delay": 0, **limits}),
-                    lambda done, total: progress.append((done, total)))
+    download = Download(site / "staging", url, delta, Limits(**{"retry_delay": 0, **limits}),
+                        lambda done, total: download.reports.append((done, total)))
+    download.reports = []  # type: ignore[attr-defined]
+    return download
 
 
 def test_five_cuts_resume_from_the_last_byte_and_nothing_is_sent_twice(site: Path) -> None:
@@ -61,6 +62,12 @@ def test_five_cuts_resume_from_the_last_byte_and_nothing_is_sent_twice(site: Pat
     assert download.transfer.interruptions == 5 and download.transfer.requests == 6
     assert stats.cut_transfers == 5
     assert stats.duplicate_delta_bytes() == 0
+    # What `microshift-update status` shows: from the staged bytes up to the whole file.
+    reports = download.reports  # type: ignore[attr-defined]
+    assert reports[0] == (0, SIZE) and reports[-1] == (SIZE, SIZE)
+    assert all(total == SIZE for _, total in reports)
+    assert [done for done, _ in reports] == sorted(done for done, _ in reports)
+    assert {400_000, 400_001} <= {done for done, _ in reports}  # reported at each cut
     assert sum(length for _, _, length in stats.delta_ranges) == SIZE == stats.body_bytes
     assert not (site / "staging" / (NAME + ".part")).exists()
 
@@ -170,8 +177,9 @@ class Ranged:
             def do_GET(self) -> None:
                 start = int(self.headers["Range"].removeprefix("bytes=").rstrip("-"))
                 self.send_response(206)
-                self.send_header("Content-Range", content_range.format(
-                    start=start, end=len(body) - 1, size=len(body)))
+                if content_range:
+                    self.send_header("Content-Range", content_range.format(
+                        start=start, end=len(body) - 1, size=len(body)))
                 self.send_header("Content-Length", str(len(body) - start))
                 self.end_headers()
                 self.wfile.write(body[start:])
@@ -190,6 +198,7 @@ class Ranged:
 
 @pytest.mark.parametrize(("content_range", "accepted"), [
     ("bytes {start}-{end}/{size}", True),
+    ("", False),                               # no Content-Range at all
     ("bytes {start}-{end}/*", True),           # the total may be unknown to the server
     ("bytes 0-{end}/{size}", False),           # another start than asked for
     ("bytes {start}-{end}/999", False),        # another file's length
@@ -216,3 +225,41 @@ def test_a_partial_answer_must_continue_the_staged_bytes(site: Path, content_ran
     header = content_range.format(start=5000, end=SIZE - 1, size=SIZE)
     assert str(caught.value) == (f"GET {server.url}: Content-Range {header!r} does not "
                                  f"continue byte 5000 of a {SIZE}-byte file")
+
+
+def test_a_part_without_its_record_is_not_trusted(site: Path) -> None:
+    staging = site / "staging"
+    staging.mkdir()
+    (staging / (NAME + ".part")).write_bytes(b"x" * 1000)  # download.json is missing
+    with _server(site) as server:
+        download = _download(site, server, _delta(site))
+        path = download.run()
+    assert download.transfer.resumed_from == 0
+    assert path.read_bytes() == (site / "updates" / NAME).read_bytes()
+
+
+def test_retries_wait_longer_each_time(site: Path) -> None:
+    delta = _delta(site)
+    with _server(site) as server:
+        server.cut_delta_at([100_000, 200_000, 300_000])
+        started = time.monotonic()
+        _download(site, server, delta, retry_delay=0.2).run()
+        seconds = time.monotonic() - started
+    assert seconds >= 0.2 + 0.4 + 0.6  # a lower bound only: never too fast
+
+
+def test_a_server_that_stops_answering_is_a_cut_not_a_hang(site: Path) -> None:
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/{NAME}"
+        download = Download(site / "staging", url, _delta(site),
+                            Limits(retries=0, retry_delay=0.0, timeout=1.0),
+                            lambda done, total: None)
+        with pytest.raises(BuildError) as caught:
+            download.run()
+    assert str(caught.value).startswith(f"download of {NAME} cut 1 times, 0 of {SIZE} bytes "
+                                        "staged: ")
+    assert "timed out" in str(caught.value)
