@@ -11,9 +11,9 @@ With a RHEL boot ISO (`boot_iso`) the files are injected into it and every boot 
 one the ISO is a data disc that does not boot.
 
 Everything is built in a temporary directory beside the target, read back and verified
-(xorriso listing, `ostree fsck` of the extracted repo, the commit against the manifest, the
-kickstart against pykickstart, the boot entries, the media checksum), and only then renamed
-into place: a failure leaves no half-written ISO.
+(builder/installer/verify.py: xorriso listing, `ostree fsck` of the extracted repo, the
+commit against the manifest, the kickstart against pykickstart, the boot entries, the media
+checksum), and only then renamed into place: a failure leaves no half-written ISO.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.core.errors import BuildError, ToolError
+from builder.core.errors import BuildError
 from builder.core.ostree import Repo, commit_signed
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.installer import bootiso
-from builder.installer.kickstart import ISO_REPO_DIR, validate, write_kickstart
+from builder.installer.kickstart import ISO_REPO_DIR, write_kickstart
 
 KICKSTART_NAME = "ks.cfg"
 MANIFEST_NAME = "manifest.json"
@@ -73,7 +73,7 @@ class Manifest:
 
 
 # --- ostree -----------------------------------------------------------------------------
-def _ostree(runner: Runner, repo: Path, *args: str) -> str:
+def ostree_output(runner: Runner, repo: Path, *args: str) -> str:
     return runner.output(["ostree", f"--repo={repo}", *args])
 
 
@@ -96,8 +96,8 @@ def resolve_commit(runner: Runner, repo: Path, ref: str, image: str) -> str:
 def stage_repo(runner: Runner, source: Path, ref: str, dest: Path) -> str:
     """A fresh archive repo at dest with only the commit of `ref` (no parents); its checksum."""
     dest.mkdir(parents=True)
-    _ostree(runner, dest, "init", "--mode=archive")
-    _ostree(runner, dest, "pull-local", "--depth=0", str(source), ref)
+    ostree_output(runner, dest, "init", "--mode=archive")
+    ostree_output(runner, dest, "pull-local", "--depth=0", str(source), ref)
     # No summary file: it records when it was generated (ostree.summary.last-modified, which
     # cannot be pinned), so it would make every ISO different. Anaconda pulls the one ref by
     # name, which needs no summary, and a summary that is absent can never be stale.
@@ -107,7 +107,7 @@ def stage_repo(runner: Runner, source: Path, ref: str, dest: Path) -> str:
             shutil.rmtree(leftover)
         else:
             leftover.unlink()
-    return _ostree(runner, dest, "rev-parse", ref).strip()
+    return ostree_output(runner, dest, "rev-parse", ref).strip()
 
 
 def tree_size(root: Path) -> tuple[int, int]:
@@ -138,6 +138,8 @@ def build_installer_iso(runner: Runner, progress: Progress, request: IsoRequest)
         with progress.step("write ISO"):
             _write_iso(runner, request, iso, listing, manifest)
         with progress.step("verify ISO"):
+            from builder.installer.verify import verify_iso  # it reads what this module writes
+
             checks = verify_iso(runner, iso, manifest, work / "verify", boot_iso=listing)
             for check in checks:
                 progress.info(f"ok: {check}")
@@ -217,77 +219,3 @@ def _publish(iso: Path, manifest: Manifest, output: Path) -> None:
     tmp_json.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")
     os.replace(iso, output)
     os.replace(tmp_json, sidecar_path)
-
-
-# --- verification -----------------------------------------------------------------------
-def verify_iso(runner: Runner, iso: Path, manifest: Manifest, scratch: Path, *,
-               boot_iso: bootiso.IsoListing | None = None) -> list[str]:
-    """Read the ISO back and check what a device relies on; BuildError on any mismatch.
-
-    Returns what was checked, for the progress output.
-    """
-    listing = bootiso.list_iso(runner, iso)
-    for needed in (KICKSTART_NAME, MANIFEST_NAME, f"{ISO_REPO_DIR}/config"):
-        if not listing.has(needed):
-            raise BuildError(f"{iso}: /{needed} is missing from the written ISO")
-    checks = [f"{len(listing.files)} files listed by xorriso, /{KICKSTART_NAME}, "
-              f"/{MANIFEST_NAME} and /{ISO_REPO_DIR} among them"]
-    bootiso.extract(runner, iso, [("ostree", scratch / "ostree"),
-                                  (KICKSTART_NAME, scratch / KICKSTART_NAME),
-                                  (MANIFEST_NAME, scratch / MANIFEST_NAME)])
-    repo = scratch / ISO_REPO_DIR
-    try:
-        _ostree(runner, repo, "fsck")
-    except ToolError as exc:
-        raise BuildError(f"{iso}: the embedded ostree repo fails `ostree fsck`:\n{exc.stderr}") \
-            from exc
-    on_iso = json.loads((scratch / MANIFEST_NAME).read_text())
-    commit = _ostree(runner, repo, "rev-parse", manifest.ref).strip()
-    if not commit == on_iso.get("commit") == manifest.commit:
-        raise BuildError(f"{iso}: ref {manifest.ref} is {commit} in the embedded repo, but the "
-                         f"manifest says {on_iso.get('commit')}")
-    checks.append(f"embedded repo passes `ostree fsck`; {manifest.ref} is {commit[:12]}, "
-                  "as in the manifest")
-    validate((scratch / KICKSTART_NAME).read_text(), source=f"{iso}:/{KICKSTART_NAME}")
-    checks.append(f"/{KICKSTART_NAME} passes pykickstart (RHEL 9)")
-    if manifest.sbom is not None:
-        checks.append(_verify_sbom(runner, iso, manifest, scratch / manifest.sbom))
-    if boot_iso is not None:
-        _verify_boot_entries(runner, listing, scratch / "boot")
-        before, after = (bootiso.boot_images(runner, p) for p in (boot_iso.path, iso))
-        if before != after:
-            raise BuildError(f"{iso}: boot images changed from {before} to {after}")
-        runner.run(["checkisomd5", str(iso)])
-        checks.append(f"every boot entry has inst.ks=; boot images kept ({', '.join(after)}); "
-                      "media checksum (checkisomd5) passes")
-    return checks
-
-
-def _verify_sbom(runner: Runner, iso: Path, manifest: Manifest, dest: Path) -> str:
-    """The SBOM on the ISO describes the commit on it."""
-    bootiso.extract(runner, iso, [(str(manifest.sbom), dest)])
-    try:
-        document = json.loads(dest.read_text())
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{iso}: /{manifest.sbom} is not readable JSON: {exc}") from exc
-    described = {checksum.get("checksumValue") for package in document.get("packages", [])
-                 if package.get("primaryPackagePurpose") == "OPERATING-SYSTEM"
-                 for checksum in package.get("checksums", [])}
-    if manifest.commit not in described:
-        raise BuildError(f"{iso}: /{manifest.sbom} does not describe commit "
-                         f"{manifest.commit[:12]}")
-    return (f"/{manifest.sbom} describes commit {manifest.commit[:12]} "
-            f"({len(document.get('packages', []))} SPDX packages)")
-
-
-def _verify_boot_entries(runner: Runner, listing: bootiso.IsoListing, scratch: Path) -> None:
-    configs = bootiso.boot_configs(listing)
-    bootiso.extract(runner, listing.path, [(c, scratch / c) for c in configs])
-    wanted = f"inst.ks=hd:LABEL={bootiso.udev_escape(listing.volume_id)}:/{KICKSTART_NAME}"
-    for config in configs:
-        for line in (scratch / config).read_text().splitlines():
-            words = line.split()
-            boots = words and (words[0] == "append" or words[0].startswith("linux"))
-            if boots and wanted not in words:
-                raise BuildError(f"{listing.path}: /{config}: a boot entry lacks {wanted}: "
-                                 f"{line.strip()!r}")
