@@ -27,9 +27,13 @@ BINARY = Path("/usr/bin/true").read_bytes()  # a real executable, as a payload i
 
 class Handler(BaseHTTPRequestHandler):
     served: ClassVar[list[str]] = []
+    watch: ClassVar[Path | None] = None  # what is in this directory while a download runs
+    seen: ClassVar[list[list[str]]] = []
 
     def do_GET(self) -> None:
         self.served.append(self.path)
+        if self.watch is not None:
+            self.seen.append(sorted(p.name for p in self.watch.glob("*")))
         if self.path != "/microshift":
             self.send_error(404)
             return
@@ -44,7 +48,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[str]]]:
-    Handler.served = []
+    Handler.served, Handler.watch, Handler.seen = [], None, []
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -115,9 +119,14 @@ def test_a_verified_payload_is_packaged_and_downloaded_once(
     base, served = server
     release = url_release(tmp_path, f"{base}/microshift", hashlib.sha256(BINARY).hexdigest())
     build = tmp_path / "build"
+    Handler.watch = build / ".cache/payloads"
     for _ in range(2):
         assert run_cli("--release", release, "rpms", "--build-dir", build) == 0
     assert served == ["/microshift"]  # the second run takes it from the cache
+    # The download goes to a hidden temporary file beside its final name (an atomic
+    # rename on one file system; an interrupted run leaves no file under the final name).
+    [during] = Handler.seen
+    assert len(during) == 1 and during[0].startswith(".download-")
     err = capsys.readouterr().err
     assert err.count(f"==> download {base}/microshift") == 1 and f"{len(BINARY)} bytes" in err
     cached = build / ".cache/payloads" / hashlib.sha256(BINARY).hexdigest()
