@@ -222,10 +222,10 @@ def test_ovs_init_honours_disable_ovs_init(built_release: Path, tmp_path: Path) 
     assert "disableOVSInit is true" in proc.stderr and "ovs-vsctl add-br br-ex" in proc.stderr
 
 
-def test_rpmlint_reports_no_errors(built_release: Path) -> None:
+def test_rpmlint_reports_no_errors(built_release: Path, tmp_path: Path) -> None:
     from builder.rpm.packages import RPMLINTRC, RPMLINTRC_SAMPLE, _rpmlint_command
 
-    rc = built_release / "lintrc"
+    rc = tmp_path / "lintrc"
     rc.write_text(RPMLINTRC.read_text() + RPMLINTRC_SAMPLE.read_text())
     proc = subprocess.run([_rpmlint_command(), "--rpmlintrc", str(rc),
                            *map(str, sorted((built_release / "rpms").glob("*.rpm")))],
