@@ -60,15 +60,14 @@ def gnupg_home(homedir: Path) -> Path:
     return alias
 
 
-def gpg(runner: Runner, homedir: Path, *args: str, input: bytes | None = None,
-         epoch: int | None = None) -> str:
+def gpg(runner: Runner, homedir: Path, *args: str, epoch: int | None = None) -> str:
     argv = ["gpg", "--homedir", str(gnupg_home(homedir)), "--batch", "--no-tty",
             "--pinentry-mode",
             "loopback", "--passphrase", ""]
     if epoch is not None:
         # '!' freezes the clock; --ignore-time-conflict: the host clock may be past the epoch.
         argv += ["--faked-system-time", f"{gpg_time(epoch)}!", "--ignore-time-conflict"]
-    return runner.output([*argv, *args], input=input)
+    return runner.output([*argv, *args])
 
 
 def gpg_time(epoch: int) -> str:
@@ -77,12 +76,13 @@ def gpg_time(epoch: int) -> str:
 
 def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
     """(fingerprint, creation time) of a secret key; a clear error when it is not there."""
+    missing = InputError("command line", "--gpg-key",
+                         f"no secret key {key_id!r} in GnuPG home {homedir}",
+                         hint="list keys with `gpg --homedir DIR --list-secret-keys`")
     try:
         listing = gpg(runner, homedir, "--with-colons", "--list-secret-keys", key_id)
     except BuildError as exc:
-        raise InputError("command line", "--gpg-key",
-                         f"no secret key {key_id!r} in GnuPG home {homedir}",
-                         hint="list keys with `gpg --homedir DIR --list-secret-keys`") from exc
+        raise missing from exc
     created, fingerprint = 0, ""
     for line in listing.splitlines():
         fields = line.split(":")
@@ -91,7 +91,7 @@ def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
         elif fields[0] == "fpr" and not fingerprint:
             fingerprint = fields[9]
     if not fingerprint:
-        raise InputError("command line", "--gpg-key", f"no secret key {key_id!r} in {homedir}")
+        raise missing
     return fingerprint, created
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from builder.core.signing import (
     SOCKET_PATH_MAX,
     SigningKey,
     ensure_sample_key,
+    export_public_key,
     gnupg_home,
     gpg_time,
     import_secret_key,
@@ -156,7 +159,7 @@ def test_the_agent_of_a_home_is_stopped(sample_key: SigningKey, tmp_path: Path) 
 def test_importing_the_release_key(sample_key: SigningKey, tmp_path: Path) -> None:
     secret = gpg_cli(sample_key.homedir, "--pinentry-mode", "loopback", "--passphrase", "",
                      "--armor", "--export-secret-keys", sample_key.key_id).stdout.encode()
-    home = tmp_path / "ci-home"
+    home = tmp_path / "ci" / "home"  # neither exists yet
     assert import_secret_key(Runner(), home, secret) == sample_key.key_id
     assert home.stat().st_mode & 0o777 == 0o700
     with pytest.raises(BuildError) as caught:
@@ -171,7 +174,10 @@ def test_importing_the_release_key(sample_key: SigningKey, tmp_path: Path) -> No
                             "--armor", "--export-secret-keys").stdout.encode()
     with pytest.raises(BuildError, match=r"^the secret holds 2 secret keys; give exactly one$"):
         import_secret_key(Runner(), tmp_path / "two", both)
-    for name in ("ci-home", "other", "two", "garbage"):
+    public = gpg_cli(other, "--armor", "--export").stdout.encode()
+    with pytest.raises(BuildError, match=r"^the release signing key could not be imported"):
+        import_secret_key(Runner(), tmp_path / "public", public)  # imports, but no secret key
+    for name in ("ci/home", "other", "two", "garbage", "public"):
         stop_agent(Runner(), tmp_path / name)
 
 
@@ -198,3 +204,72 @@ def test_a_home_too_deep_for_gpg_agents_sockets_still_signs(tmp_path: Path) -> N
     finally:
         stop_agent(Runner(), home)
     assert gnupg_home(tmp_path / "gpg") == tmp_path / "gpg"  # short homes are used as they are
+
+
+def test_where_the_socket_limit_falls() -> None:
+    # Under the temporary directory, not tmp_path: a deep pytest base would pass the limit.
+    base = os.path.join(tempfile.gettempdir(), f"h{os.getpid()}-")
+    exact = Path(base + "x" * (SOCKET_PATH_MAX - len(base)))
+    assert len(str(exact)) == SOCKET_PATH_MAX and gnupg_home(exact) == exact
+    longer, other = Path(f"{exact}y"), Path(f"{exact}z")
+    aliases = gnupg_home(longer), gnupg_home(other)
+    try:
+        assert aliases[0] != aliases[1]  # each deep home has an alias of its own
+        assert [os.readlink(alias) for alias in aliases] == [str(longer), str(other)]
+    finally:
+        for alias in aliases:
+            alias.unlink()
+
+
+def test_a_stale_alias_is_pointed_back_at_its_home(tmp_path: Path) -> None:
+    home = tmp_path / ("deep-" * 20) / "gpg"
+    alias = gnupg_home(home)
+    alias.unlink()
+    alias.symlink_to(tmp_path / "elsewhere")
+    assert gnupg_home(home) == alias and os.readlink(alias) == str(home)
+
+
+def test_the_primary_key_is_named_when_the_key_has_subkeys(tmp_path: Path) -> None:
+    home = tmp_path / "gpg"
+    primary = make_release_key(home)
+    try:
+        added = gpg_cli(home, "--pinentry-mode", "loopback", "--passphrase", "",
+                        "--quick-add-key", primary, "cv25519", "encr", "never")
+        assert added.returncode == 0, added.stderr
+        listing = gpg_cli(home, "--with-colons", "--list-secret-keys").stdout
+        assert len([line for line in listing.splitlines() if line.startswith("fpr:")]) == 2
+        assert key_info(Runner(), home, primary)[0] == primary
+    finally:
+        stop_agent(Runner(), home)
+
+
+def test_the_sample_key_never_expires_and_only_its_public_half_is_exported(
+        sample_key: SigningKey, tmp_path: Path) -> None:
+    listing = gpg_cli(sample_key.homedir, "--with-colons", "--list-keys", SAMPLE_UID).stdout
+    pub = next(line.split(":") for line in listing.splitlines() if line.startswith("pub:"))
+    assert pub[6] == ""  # no expiry: a device must not stop updating when a key ages
+    home = tmp_path / "two-keys"
+    other = make_release_key(home)
+    try:
+        gpg_cli(home, "--import", str(sample_key.homedir / SAMPLE_PUBLIC_KEY))
+        export_public_key(Runner(), SigningKey(other, home), tmp_path / "other.asc")
+        device = tmp_path / "device"
+        device.mkdir(mode=0o700)
+        gpg_cli(device, "--import", str(tmp_path / "other.asc"))
+        listed = gpg_cli(device, "--with-colons", "--list-keys").stdout
+        assert [line.split(":")[9] for line in listed.splitlines()
+                if line.startswith("fpr:")] == [other]
+    finally:
+        stop_agent(Runner(), home)
+
+
+def test_a_sample_release_gets_a_new_sample_key_dated_at_its_epoch(tmp_path: Path) -> None:
+    stream = io.StringIO()
+    home = tmp_path / "build" / "gpg"
+    key = release_signing_key(Runner(), Progress(stream=stream), None, None,
+                              sample_home=home, epoch=EPOCH + 7)
+    try:
+        assert key is not None and key_info(Runner(), home, SAMPLE_UID) == (key.key_id, EPOCH + 7)
+        assert f"created the SAMPLE signing key {key.key_id}" in stream.getvalue()
+    finally:
+        stop_agent(Runner(), home)
