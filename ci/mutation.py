@@ -106,7 +106,18 @@ def run(module: str, jobs: int) -> dict[str, Any]:
     if not meta.is_file():
         sys.exit(f"mutmut made no results for {module} (exit {proc.returncode}):\n"
                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    return tally(module, json.loads(meta.read_text())["exit_code_by_key"], proc.returncode)
+
+
+def tally(module: str, codes: dict[str, int | None], returncode: int) -> dict[str, Any]:
+    """The score of one module from mutmut's exit code per mutant."""
+    # An interrupted run leaves mutants without a result: a score over part of them is no score.
+    unknown = sorted(name for name, code in codes.items()
+                     if code not in KILLED | SURVIVED | NO_TESTS)
+    if unknown:
+        sys.exit(f"mutmut left {len(unknown)} of {len(codes)} mutants of {module} without a "
+                 f"known result (exit {returncode}; first: {unknown[0]} -> "
+                 f"{codes[unknown[0]]}): run it again")
     survived = sorted(name for name, code in codes.items() if code in SURVIVED)
     untested = sorted(name for name, code in codes.items() if code in NO_TESTS)
     killed = sum(1 for code in codes.values() if code in KILLED)

@@ -1,0 +1,44 @@
+"""ci/mutation.py's score: only mutants with a result count, and an interrupted run is no score."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "mutation.py"
+
+
+@pytest.fixture(scope="module")
+def mutation() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("ci_mutation", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_score_counts_failures_and_timeouts_as_killed(mutation: ModuleType) -> None:
+    codes = {"m.a": 1, "m.b": -24, "m.c": 0, "m.d": 33, "m.e": 3}
+    result = mutation.tally("builder/m.py", codes, 0)
+    assert result == {"module": "builder/m.py", "mutants": 5, "killed": 3,
+                      "survived": ["m.c"], "no_tests": ["m.d"], "score": 0.6}
+
+
+def test_an_interrupted_run_is_refused_not_scored(mutation: ModuleType) -> None:
+    codes = {"m.a": 1, "m.b": None, "m.c": None}
+    with pytest.raises(SystemExit) as stopped:
+        mutation.tally("builder/m.py", codes, -15)
+    assert str(stopped.value) == ("mutmut left 2 of 3 mutants of builder/m.py without a known "
+                                  "result (exit -15; first: m.b -> None): run it again")
+
+
+def test_every_module_named_has_its_tests(mutation: ModuleType) -> None:
+    root = SCRIPT.parents[1]
+    for module, tests in mutation.MODULES.items():
+        assert (root / module).is_file(), module
+        assert all((root / t).is_file() for t in tests if t.startswith("tests/")), module
