@@ -36,6 +36,7 @@ MODULES: dict[str, list[str]] = {
     "builder/release/payload.py": ["tests/release/test_payload.py",
                                    "tests/release/test_release.py"],
     "builder/core/signing.py": ["tests/core/test_signing.py", "tests/ci/test_import_key.py"],
+    "builder/rpm/signing.py": ["tests/rpm/test_signing.py"],
     # The read-back checks; the tests that build ISOs without damaging them run too long
     # for every mutant (each builds several ISOs).
     "builder/installer/verify.py": ["tests/installer/test_iso.py", "-k",

@@ -1,23 +1,67 @@
-"""Signing RPMs and repository metadata (real gpg and rpmsign)."""
+"""Signing RPMs and repository metadata (real gpg and rpmsign).
+
+The packages signed here are a small one built for the purpose (rpmbuild, createrepo_c), not
+the release's: these tests stay fast enough to run once per mutant (`nox -s mutation`)."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from builder.context import Context
+from builder.core.children import gpg_agents
+from builder.core.errors import BuildError, ToolError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
-from builder.core.signing import SigningKey, ensure_sample_key, export_public_key, stop_agent
+from builder.core.signing import (
+    SigningKey,
+    ensure_sample_key,
+    export_public_key,
+    gnupg_home,
+    stop_agent,
+)
+from builder.rpm.rpmbuild import build_spec, createrepo
 from builder.rpm.signing import sign_repo, sign_rpms
 from tests.support.cli import RELEASE
 from tests.support.keys import make_release_key
 
 pytestmark = pytest.mark.integration
+SPEC = """Name: signed-sample
+Version: 1.0
+Release: 1
+Summary: a package to sign
+License: Apache-2.0
+BuildArch: noarch
+
+%description
+A package to sign.
+
+%install
+mkdir -p %{buildroot}/usr/share/signed-sample
+echo data > %{buildroot}/usr/share/signed-sample/data
+
+%files
+/usr/share/signed-sample/data
+"""
+
+
+@pytest.fixture(scope="module")
+def unsigned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """DIR/rpms/*.rpm (unsigned) and DIR/repo, a yum repository of them."""
+    build = tmp_path_factory.mktemp("unsigned")
+    spec = build / "signed-sample.spec"
+    spec.write_text(SPEC)
+    rpms = build_spec(Runner(), spec, build / "top", "noarch", 1700000000)
+    (build / "rpms").mkdir()
+    for rpm in rpms:
+        rpm.rename(build / "rpms" / rpm.name)
+    createrepo(Runner(), sorted((build / "rpms").glob("*.rpm")), build / "repo", 1700000000)
+    return build
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +75,9 @@ def signing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Context,
 
 
 def test_signed_rpms_verify_and_signing_is_reproducible(
-        signing: tuple[Context, SigningKey], built_release: Path, tmp_path: Path) -> None:
+        signing: tuple[Context, SigningKey], unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
-    original = built_release / "rpms" / "microshift-core-4.14.2-1.x86_64.rpm"
+    original = unsigned / "rpms" / "signed-sample-1.0-1.noarch.rpm"
     before = original.read_bytes()
     copies = []
     for name in ("one", "two"):
@@ -57,10 +101,10 @@ def test_signed_rpms_verify_and_signing_is_reproducible(
 
 
 def test_repo_metadata_signature_verifies(signing: tuple[Context, SigningKey],
-                                          built_release: Path, tmp_path: Path) -> None:
+                                          unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
     repo = tmp_path / "repo"
-    shutil.copytree(built_release / "repo" / "repodata", repo / "repodata")
+    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
     signature = sign_repo(ctx, repo, key)
     assert signature == repo / "repodata" / "repomd.xml.asc"
     verified = subprocess.run(["gpg", "--homedir", str(key.homedir), "--verify", str(signature),
@@ -90,18 +134,18 @@ def rpm_check(key: SigningKey, rpm: Path, tmp_path: Path) -> subprocess.Complete
                           text=True, check=False)
 
 
-def signed_copy(ctx: Context, key: SigningKey, built_release: Path, dest: Path) -> Path:
+def signed_copy(ctx: Context, key: SigningKey, unsigned: Path, dest: Path) -> Path:
     dest.mkdir()
-    copy = dest / "microshift-core-4.14.2-1.x86_64.rpm"
-    shutil.copyfile(built_release / "rpms" / copy.name, copy)
+    copy = dest / "signed-sample-1.0-1.noarch.rpm"
+    shutil.copyfile(unsigned / "rpms" / copy.name, copy)
     sign_rpms(ctx, [copy], key)
     return copy
 
 
 def test_a_tampered_signed_rpm_is_refused(signing: tuple[Context, SigningKey],
-                                          built_release: Path, tmp_path: Path) -> None:
+                                          unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
-    rpm = signed_copy(ctx, key, built_release, tmp_path / "signed")
+    rpm = signed_copy(ctx, key, unsigned, tmp_path / "signed")
     assert rpm_check(key, rpm, tmp_path).returncode == 0
     data = bytearray(rpm.read_bytes())
     data[-100] ^= 0xFF  # a byte of the compressed payload
@@ -112,10 +156,10 @@ def test_a_tampered_signed_rpm_is_refused(signing: tuple[Context, SigningKey],
 
 
 def test_an_rpm_signed_by_another_key_is_refused(signing: tuple[Context, SigningKey],
-                                                 other_key: SigningKey, built_release: Path,
+                                                 other_key: SigningKey, unsigned: Path,
                                                  tmp_path: Path) -> None:
     ctx, key = signing
-    rpm = signed_copy(ctx, other_key, built_release, tmp_path / "foreign")
+    rpm = signed_copy(ctx, other_key, unsigned, tmp_path / "foreign")
     assert rpm_check(other_key, rpm, tmp_path).returncode == 0  # signed, just not by us
     checked = rpm_check(key, rpm, tmp_path)
     assert checked.returncode == 1
@@ -140,10 +184,10 @@ def gpg_verify(key: SigningKey, repo: Path, tmp_path: Path) -> subprocess.Comple
 
 
 def test_altered_repository_metadata_is_refused(signing: tuple[Context, SigningKey],
-                                                built_release: Path, tmp_path: Path) -> None:
+                                                unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
     repo = tmp_path / "repo"
-    shutil.copytree(built_release / "repo" / "repodata", repo / "repodata")
+    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
     sign_repo(ctx, repo, key)
     assert "[GNUPG:] VALIDSIG" in gpg_verify(key, repo, tmp_path).stdout
     repomd = repo / "repodata/repomd.xml"
@@ -157,12 +201,57 @@ def test_altered_repository_metadata_is_refused(signing: tuple[Context, SigningK
 
 
 def test_repository_metadata_signed_by_another_key_is_refused(
-        signing: tuple[Context, SigningKey], other_key: SigningKey, built_release: Path,
+        signing: tuple[Context, SigningKey], other_key: SigningKey, unsigned: Path,
         tmp_path: Path) -> None:
     ctx, key = signing
     repo = tmp_path / "repo"
-    shutil.copytree(built_release / "repo" / "repodata", repo / "repodata")
+    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
     sign_repo(ctx, repo, other_key)
     verified = gpg_verify(key, repo, tmp_path)
     assert verified.returncode == 2
     assert "[GNUPG:] NO_PUBKEY" in verified.stdout and "VALIDSIG" not in verified.stdout
+
+
+def test_a_failed_signing_leaves_the_rpm_unsigned_and_no_copy_behind(
+        signing: tuple[Context, SigningKey], unsigned: Path, tmp_path: Path) -> None:
+    ctx, key = signing
+    good = tmp_path / "signed-sample-1.0-1.noarch.rpm"
+    shutil.copyfile(unsigned / "rpms" / good.name, good)
+    bad = tmp_path / "truncated-1.0-1.noarch.rpm"
+    bad.write_bytes(good.read_bytes()[:200])
+    before = good.read_bytes()
+    with pytest.raises(ToolError) as caught:
+        sign_rpms(ctx, [bad, good], key)
+    assert caught.value.argv[0] == "rpmsign" and caught.value.argv[-1].endswith(".signing")
+    assert good.read_bytes() == before and bad.stat().st_size == 200
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([good.name, bad.name])
+
+
+def test_signing_stops_its_agent(signing: tuple[Context, SigningKey], unsigned: Path,
+                                 tmp_path: Path) -> None:
+    ctx, key = signing
+    for sign in (lambda: signed_copy(ctx, key, unsigned, tmp_path / "rpm"),
+                 lambda: sign_repo(ctx, unsigned_repo_copy(unsigned, tmp_path), key)):
+        sign()
+        deadline = time.monotonic() + 10
+        while [a for a in gpg_agents() if a.homedir == gnupg_home(key.homedir)]:
+            assert time.monotonic() < deadline, "gpg-agent still runs after signing"
+            time.sleep(0.05)
+
+
+def unsigned_repo_copy(unsigned: Path, tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
+    return repo
+
+
+def test_what_cannot_be_signed_is_said(signing: tuple[Context, SigningKey], unsigned: Path,
+                                       tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx, key = signing
+    with pytest.raises(BuildError) as caught:
+        sign_repo(ctx, tmp_path, key)
+    assert str(caught.value) == f"{tmp_path} is not a yum repository (no repodata/repomd.xml)"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no gpg on it
+    with pytest.raises(BuildError) as caught:
+        sign_rpms(ctx, [unsigned / "rpms" / "signed-sample-1.0-1.noarch.rpm"], key)
+    assert str(caught.value) == "gpg is not installed; it is needed to sign RPMs"
