@@ -263,7 +263,16 @@ def test_an_index_the_device_must_not_trust_is_refused(data: bytes, problem: str
 class Handler(BaseHTTPRequestHandler):
     bodies: ClassVar[dict[str, tuple[int, bytes]]] = {}
 
+    finished: ClassVar[threading.Event] = threading.Event()
+
     def do_GET(self) -> None:
+        if self.path == "/endless":  # no length, more than the limit, and never the end
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"z" * (MAX_METADATA + 1))
+            self.wfile.flush()
+            self.finished.wait(30)
+            return
         status, body = self.bodies.get(self.path, (404, b""))
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -279,11 +288,13 @@ def server() -> Iterator[str]:
     Handler.bodies = {"/index.json": (200, b"{}"), "/broken": (500, b"oops"),
                       "/huge": (200, b"x" * (MAX_METADATA + 1)),
                       "/limit": (200, b"y" * MAX_METADATA)}
+    Handler.finished.clear()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}"
     finally:
+        Handler.finished.set()
         httpd.shutdown()
         httpd.server_close()
 
@@ -297,6 +308,9 @@ def test_fetching_the_index(server: str) -> None:
     with pytest.raises(UpdateRefused, match=f"^{server}/huge is larger than {MAX_METADATA} "
                                             "bytes: not an update index"):
         fetch_small(f"{server}/huge", timeout=5)
+    # A hostile server that never stops sending: refused once past the limit, not read on.
+    with pytest.raises(UpdateRefused, match=f"^{server}/endless is larger than"):
+        fetch_small(f"{server}/endless", timeout=20)
     with pytest.raises(BuildError, match=f"^GET {server}/broken: HTTP 500 "):
         fetch_small(f"{server}/broken", timeout=5)
 
