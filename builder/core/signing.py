@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.core.errors import BuildError, InputError
+from builder.core.errors import BuildError, InputError, ToolError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 
@@ -80,9 +80,13 @@ def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
                          f"no secret key {key_id!r} in GnuPG home {homedir}",
                          hint="list keys with `gpg --homedir DIR --list-secret-keys`")
     try:
-        listing = gpg(runner, homedir, "--with-colons", "--list-secret-keys", key_id)
-    except BuildError as exc:
-        raise missing from exc
+        listing = _list_secret_keys(runner, homedir, key_id)
+    except ToolError as exc:
+        if any(answer in exc.stderr for answer in ABSENT):
+            raise missing from exc
+        reason = (exc.stderr.strip().splitlines() or ["no reason given"])[-1]
+        raise BuildError(f"gpg could not list the keys in GnuPG home {homedir}: {reason}"
+                         ) from exc
     created, fingerprint = 0, ""
     for line in listing.splitlines():
         fields = line.split(":")
@@ -93,6 +97,30 @@ def key_info(runner: Runner, homedir: Path, key_id: str) -> tuple[str, int]:
     if not fingerprint:
         raise missing
     return fingerprint, created
+
+
+# What gpg says when the key is not there. Anything else is gpg's own trouble, which
+# the error repeats: it is not the user's key that is wrong.
+ABSENT = ("No secret key", "No public key")
+# gpg-agent starts on first use, and a gpg that cannot reach it lists no keys at all. A
+# suite run beside a build and two mutation runs once failed to find the SAMPLE key in a
+# home that held it (gpg's reason was not kept then); an agent that did not come up is
+# worth another try, a key that is not there is not.
+AGENT_TROUBLE = ("No agent running", "can't connect to the agent")
+AGENT_ATTEMPTS = 3
+
+
+def _list_secret_keys(runner: Runner, homedir: Path, key_id: str) -> str:
+    argv = ("--with-colons", "--list-secret-keys", key_id)
+    for wait in range(1, AGENT_ATTEMPTS):
+        try:
+            return gpg(runner, homedir, *argv)
+        except ToolError as exc:
+            if not any(trouble in exc.stderr for trouble in AGENT_TROUBLE):
+                raise
+        stop_agent(runner, homedir)
+        time.sleep(wait)
+    return gpg(runner, homedir, *argv)
 
 
 def resolve_key(runner: Runner, homedir: Path, key_id: str) -> SigningKey:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -273,3 +274,40 @@ def test_a_sample_release_gets_a_new_sample_key_dated_at_its_epoch(tmp_path: Pat
         assert f"created the SAMPLE signing key {key.key_id}" in stream.getvalue()
     finally:
         stop_agent(Runner(), home)
+
+
+def flaky_agent_home(sample_key: SigningKey, tmp_path: Path, failures: int) -> Path:
+    """A copy of the SAMPLE key's home whose gpg-agent fails to start `failures` times."""
+    home = tmp_path / "gpg"
+    shutil.copytree(sample_key.homedir, home, ignore=shutil.ignore_patterns("S.*"))
+    agent = tmp_path / "agent"
+    agent.write_text(f"""#!/bin/sh
+count=$(cat {tmp_path}/starts 2>/dev/null || echo 0)
+echo $((count + 1)) > {tmp_path}/starts
+[ "$count" -ge {failures} ] || exit 1
+exec gpg-agent "$@"
+""")
+    agent.chmod(0o755)
+    (home / "gpg.conf").write_text(f"agent-program {agent}\n")
+    return home
+
+
+def test_an_agent_that_does_not_come_up_at_first_is_tried_again(sample_key: SigningKey,
+                                                                 tmp_path: Path) -> None:
+    home = flaky_agent_home(sample_key, tmp_path, failures=2)
+    try:
+        assert key_info(Runner(), home, SAMPLE_UID) == (sample_key.key_id, EPOCH)
+        assert (tmp_path / "starts").read_text().strip() == "3"
+    finally:
+        stop_agent(Runner(), home)
+
+
+def test_gpgs_own_trouble_is_said_as_gpg_said_it(sample_key: SigningKey,
+                                                  tmp_path: Path) -> None:
+    home = flaky_agent_home(sample_key, tmp_path, failures=99)
+    with pytest.raises(BuildError) as caught:
+        key_info(Runner(), home, SAMPLE_UID)
+    assert not isinstance(caught.value, InputError)  # the key is there; the agent is not
+    assert str(caught.value) == (f"gpg could not list the keys in GnuPG home {home}: "
+                                 "gpg: error reading key: No agent running")
+    assert (tmp_path / "starts").read_text().strip() == "3"
