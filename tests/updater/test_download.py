@@ -15,7 +15,7 @@ import pytest
 
 from builder.core.errors import BuildError
 from builder.device.repo_server import RepoServer
-from builder.updater.download import STATE, Download, Limits
+from builder.updater.download import STATE, SYNC_EVERY, Download, Limits
 from builder.updater.index import DeltaFile, UpdateRefused
 
 FROM, TO = "a" * 64, "b" * 64
@@ -79,8 +79,9 @@ def test_a_later_run_resumes_what_an_earlier_one_staged(site: Path) -> None:
         # The first cut leaves 300000 bytes; the resume gets one more before the second.
         with pytest.raises(BuildError) as caught:
             _download(site, server, delta, retries=1).run()
-        assert str(caught.value).startswith(f"download of {NAME} cut 2 times, 300001 of "
-                                            "1000003 bytes staged: ")
+        assert str(caught.value) == (
+            f"download of {NAME} cut 2 times, 300001 of 1000003 bytes staged: connection "
+            "closed after byte 300001 (hint: the next run resumes from the last byte)")
         assert caught.value.hint == "the next run resumes from the last byte"
         assert (site / "staging" / (NAME + ".part")).stat().st_size == 300_001
         second = _download(site, server, delta)
@@ -139,12 +140,16 @@ def test_a_server_that_ignores_range_restarts_from_zero(site: Path, tmp_path: Pa
 
     body = (site / "updates" / NAME).read_bytes()
 
+    answers: list[int] = []
+
     class Whole(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            answers.append(200)
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            # The first answer is cut half-way: the resume is ignored again.
+            self.wfile.write(body if len(answers) > 1 else body[:len(body) // 2])
 
         def log_message(self, *args: object) -> None:
             pass
@@ -163,7 +168,8 @@ def test_a_server_that_ignores_range_restarts_from_zero(site: Path, tmp_path: Pa
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert download.transfer.resumed_from == 5000 and download.transfer.restarts == 1
+    assert download.transfer.resumed_from == 5000 and download.transfer.restarts == 2
+    assert download.transfer.interruptions == 1 and len(answers) == 2
     assert path.read_bytes() == body
 
 
@@ -263,3 +269,67 @@ def test_a_server_that_stops_answering_is_a_cut_not_a_hang(site: Path) -> None:
     assert str(caught.value).startswith(f"download of {NAME} cut 1 times, 0 of {SIZE} bytes "
                                         "staged: ")
     assert "timed out" in str(caught.value)
+
+
+def test_progress_is_reported_at_every_sync(site: Path) -> None:
+    """The part is fsynced and its progress reported every 4 MiB, and at the end."""
+    size = 2 * SYNC_EVERY + 12_345
+    (site / "updates" / NAME).write_bytes(os.urandom(size))
+    with _server(site) as server:
+        download = _download(site, server, _delta(site))
+        download.run()
+    assert download.reports == [  # type: ignore[attr-defined]
+        (0, size), (SYNC_EVERY, size), (2 * SYNC_EVERY, size), (size, size)]
+
+
+def test_the_record_names_the_file_and_a_missing_part_starts_over(site: Path) -> None:
+    staging = site / "var" / "lib" / "staging"  # made with its parents
+    delta = _delta(site)
+    with _server(site) as server:
+        download = Download(staging, server.url.removesuffix("repo/") + "updates/" + NAME,
+                            delta, Limits(retry_delay=0), lambda done, total: None)
+        download.run()
+        assert (staging / STATE).read_text() == (
+            f'{{"file": "{NAME}", "from_commit": "{FROM}", "sha256": "{delta.sha256}", '
+            f'"size": {SIZE}, "to_commit": "{TO}"}}\n')
+        (staging / NAME).unlink()  # the record stays, its part is gone
+        again = Download(staging, download.url, delta, Limits(retry_delay=0),
+                         lambda done, total: None)
+        assert again.run().read_bytes() == (site / "updates" / NAME).read_bytes()
+    assert again.transfer.resumed_from == 0 and again.transfer.received == SIZE
+
+
+def test_a_part_already_whole_is_verified_without_a_request(site: Path) -> None:
+    staging = site / "staging"
+    staging.mkdir()
+    delta = _delta(site)
+    (staging / STATE).write_text(json.dumps(delta.__dict__, sort_keys=True) + "\n")
+    (staging / (NAME + ".part")).write_bytes((site / "updates" / NAME).read_bytes())
+    download = Download(staging, "http://127.0.0.1:9/never-asked", delta, Limits(retries=0),
+                        lambda done, total: None)
+    assert download.run() == staging / NAME
+    assert download.transfer.requests == 0 and download.transfer.resumed_from == SIZE
+
+
+def test_an_answer_that_is_neither_whole_nor_partial_is_refused(site: Path) -> None:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class NoContent(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NoContent)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/{NAME}"
+    try:
+        with pytest.raises(UpdateRefused) as caught:
+            Download(site / "staging", url, _delta(site), Limits(retry_delay=0),
+                     lambda done, total: None).run()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert str(caught.value) == f"GET {url}: HTTP 204"
