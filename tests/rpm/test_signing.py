@@ -5,6 +5,7 @@ the release's: these tests stay fast enough to run once per mutant (`nox -s muta
 
 from __future__ import annotations
 
+import io
 import shutil
 import subprocess
 import time
@@ -255,3 +256,33 @@ def test_what_cannot_be_signed_is_said(signing: tuple[Context, SigningKey], unsi
     with pytest.raises(BuildError) as caught:
         sign_rpms(ctx, [unsigned / "rpms" / "signed-sample-1.0-1.noarch.rpm"], key)
     assert str(caught.value) == "gpg is not installed; it is needed to sign RPMs"
+
+
+def test_signatures_are_dated_at_the_release_epoch_and_armored(
+        signing: tuple[Context, SigningKey], unsigned: Path, tmp_path: Path) -> None:
+    """Pinned to source_date_epoch (the key is no younger): a rebuild tomorrow signs the
+    same bytes; repomd.xml.asc is ASCII-armored, as dnf's repo_gpgcheck reads it."""
+    ctx, key = signing
+    epoch = ctx.release.source_date_epoch
+    rpm = signed_copy(ctx, key, unsigned, tmp_path / "rpm")
+    header = subprocess.run(["rpm", "-qp", "--qf", "%{RSAHEADER:pgpsig}", str(rpm)],
+                            capture_output=True, text=True, check=True,
+                            env={"PATH": "/usr/bin:/bin", "TZ": "UTC", "LC_ALL": "C"}).stdout
+    assert time.strftime("%a %b %d %H:%M:%S %Y", time.gmtime(epoch)) in header, header
+    signature = sign_repo(ctx, unsigned_repo_copy(unsigned, tmp_path), key)
+    assert signature.read_text().startswith("-----BEGIN PGP SIGNATURE-----\n")
+    verified = subprocess.run(["gpg", "--homedir", str(key.homedir), "--status-fd", "1",
+                               "--verify", str(signature),
+                               str(signature.with_name("repomd.xml"))],
+                              capture_output=True, text=True, check=False)
+    valid = [line.split() for line in verified.stdout.splitlines() if "VALIDSIG" in line]
+    assert valid and valid[0][4] == str(epoch)
+
+
+def test_signing_says_how_many_rpms_and_which_key(signing: tuple[Context, SigningKey],
+                                                   unsigned: Path, tmp_path: Path) -> None:
+    _, key = signing
+    stream = io.StringIO()
+    ctx = Context(build_dir=tmp_path, release_path=RELEASE, progress=Progress(stream=stream))
+    signed_copy(ctx, key, unsigned, tmp_path / "rpm")
+    assert stream.getvalue().splitlines()[0] == f"==> sign 1 RPMs with {key.key_id[-16:]}"
