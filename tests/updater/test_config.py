@@ -75,6 +75,10 @@ def test_every_value_set_is_read() -> None:
         max_bytes_per_second=10 * 1024 ** 3, staging_max_bytes=1024 * 1024, retries=1000,
         retry_delay_seconds=86400, timeout_seconds=1, reboot=True,
         maintenance_window=Window(23 * 60 + 30, 75), allow_downgrade=True)
+    # Only the slashes at the end are one slash: the path itself is kept as written.
+    for url in ("https://mirror.example/X", "https://mirror.example/X/"):
+        assert parse_update_config({"updates_url": url}, "u.yaml").updates_url == \
+            "https://mirror.example/X/"
     # Every limit's bounds are inclusive.
     for key, (_, low, high, _) in LIMITS.items():
         for value in (low, high):
