@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core import gvariant
 from builder.core.runner import Runner
 from builder.publish.offline import (
     OfflineDeltaError,
@@ -40,8 +42,7 @@ def device_with(tmp_path: Path, tiny: TinyDelta, commit: str | None) -> Path:
     return device
 
 
-def test_file_is_byte_for_byte_what_ostree_inline_writes(tiny: TinyDelta,
-                                                         tmp_path: Path) -> None:
+def assert_as_ostree_inline_writes(tiny: TinyDelta, tmp_path: Path) -> None:
     ours = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
     theirs = tmp_path / "ostree-inline.delta"
     ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
@@ -53,6 +54,52 @@ def test_file_is_byte_for_byte_what_ostree_inline_writes(tiny: TinyDelta,
     assert not differing or differing[-1] - differing[0] < 8
     assert ours.sha256 == hashlib.sha256(mine).hexdigest() and ours.bytes == len(mine)
     assert (ours.from_commit, ours.to_commit, ours.to_version) == (tiny.old, tiny.new, "2")
+    assert ours.parts == len(check_offline_file(theirs)[0].parts)
+
+
+def test_file_is_byte_for_byte_what_ostree_inline_writes(tiny: TinyDelta,
+                                                         tmp_path: Path) -> None:
+    assert_as_ostree_inline_writes(tiny, tmp_path)
+
+
+def test_a_signed_commits_file_is_byte_for_byte_what_ostree_inline_writes(
+        signed: tuple[TinyDelta, Path, Path], tmp_path: Path) -> None:
+    """The parts go before the commit's detached metadata (its signature), as ostree
+    puts them."""
+    tiny, _, _ = signed
+    assert_as_ostree_inline_writes(tiny, tmp_path)
+
+
+def test_a_signed_superblock_is_read_through_its_envelope(tiny: TinyDelta,
+                                                          tmp_path: Path) -> None:
+    """ostree's `generate --sign` wraps the superblock as (t ay a{sv}) with magic OSTSGNDT
+    (Debian 12's ostree has no ed25519, so the envelope is made here)."""
+    delta = tmp_path / "delta"
+    shutil.copytree(tiny.delta, delta)
+    inner = (tiny.delta / "superblock").read_bytes()
+    magic = int.from_bytes(b"OSTSGNDT", "little")
+    envelope = gvariant.join(gvariant.encode("(taya{sv})", (magic, inner, [])))
+    (delta / "superblock").write_bytes(envelope)
+    plain = write_offline_file(tiny.delta, tmp_path / "plain.delta", "1")
+    enveloped = write_offline_file(delta, tmp_path / "enveloped.delta", "1")
+    assert (enveloped.to_commit, enveloped.parts) == (plain.to_commit, plain.parts)
+    (delta / "superblock").write_bytes(envelope[:12])
+    with pytest.raises(OfflineDeltaError) as caught:
+        write_offline_file(delta, tmp_path / "damaged.delta", "1")
+    assert str(caught.value).startswith(f"{delta / 'superblock'}: damaged signed superblock: ")
+    assert not (tmp_path / "damaged.delta").exists()
+
+
+def test_a_part_of_the_wrong_size_in_the_delta_directory_is_named(tiny: TinyDelta,
+                                                                  tmp_path: Path) -> None:
+    delta = tmp_path / "delta"
+    shutil.copytree(tiny.delta, delta)
+    size = (delta / "0").stat().st_size
+    (delta / "0").write_bytes((delta / "0").read_bytes()[:-1])
+    with pytest.raises(OfflineDeltaError) as caught:
+        write_offline_file(delta, tmp_path / "out.delta", "1")
+    assert str(caught.value) == f"{delta / '0'}: missing or not {size} bytes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["delta"]  # no file, no temporary
 
 
 def test_file_applies_with_ostree_on_a_device_holding_the_old_commit(
@@ -75,8 +122,12 @@ def test_a_file_with_fallback_entries_is_refused_and_the_device_untouched(
                                                 r"objects .* over HTTP"):
         apply_offline(Runner(), device, file)
     assert not (device / "objects" / tiny.new[:2] / f"{tiny.new[2:]}.commit").exists()
-    with pytest.raises(OfflineDeltaError, match="fallback entries"):
+    with pytest.raises(OfflineDeltaError) as caught:
         write_offline_file(tiny.delta, tmp_path / "out.delta", None)
+    assert str(caught.value) == (
+        f"{tiny.delta / 'superblock'}: the delta has 1 fallback entries; an offline file "
+        "made from it could not be applied (hint: delete the delta directory and rerun "
+        "`deltas` (it sets --min-fallback-size=0))")
 
 
 def test_a_damaged_part_is_named_and_the_device_untouched(tiny: TinyDelta,
