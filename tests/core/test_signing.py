@@ -312,3 +312,16 @@ def test_gpgs_own_trouble_is_said_as_gpg_said_it(sample_key: SigningKey,
     assert str(caught.value) == (f"gpg could not list the keys in GnuPG home {home}: "
                                  "gpg: error reading key: No agent running")
     assert (tmp_path / "starts").read_text().strip() == "3"
+
+
+def test_a_failed_key_generation_leaves_no_half_made_home(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "build" / "gpg"
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "gpg").write_text("#!/bin/sh\necho 'gpg: out of entropy' >&2\nexit 2\n")
+    (tools / "gpg").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:{os.environ['PATH']}")
+    with pytest.raises(BuildError, match="gpg: out of entropy"):
+        ensure_sample_key(Runner(), Progress(stream=io.StringIO()), home, EPOCH)
+    assert list((tmp_path / "build").iterdir()) == []  # neither the home nor its draft
