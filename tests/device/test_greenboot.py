@@ -99,6 +99,9 @@ def write_kubeconfig(root: Path, url: str) -> None:
     ("abc", "3", 0, 900),      # unparsable base: the default 300
     ("300", "12", 0, 900),     # max out of 1..9: the default 3
     ("300", "3", 7, 300),      # counter above max: never below one base
+    ("300", "3", 3, 300),      # counter at max (no attempt counted yet): one base, never 0
+    ("0", "3", 0, 900),        # a base of 0 s: the default 300
+    ("10000", "3", 0, 900),    # a base over 9999 s: the default 300
 ])
 def test_wait_timeout_grows_with_each_boot_attempt(tmp_path: Path, base: str, max_boots: str,
                                                    counter: int | None, expected: int) -> None:
