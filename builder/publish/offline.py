@@ -35,7 +35,7 @@ from typing import Any, cast
 from builder.core import gvariant
 from builder.core.errors import BuildError
 from builder.core.gvariant import FileSlice, GVariantError, Variant
-from builder.core.ostree import Repo, signed_by
+from builder.core.ostree import Repo, delta_dir, signed_by
 from builder.core.runner import Runner
 
 SUPERBLOCK_TYPE = "(a{sv}tayay(a{sv}aya(say)sstayay)aya(uayttay)a(yaytt))"
@@ -107,17 +107,8 @@ class OfflineFile:
 
 
 def delta_relpath(from_commit: str | None, to_commit: str, target: str) -> str:
-    """ostree's _ostree_get_relative_static_delta_path: 'deltas/' + modified base64."""
-    import base64
-
-    def b64(checksum: str) -> str:
-        return base64.b64encode(bytes.fromhex(checksum)).decode().rstrip("=").replace("/", "_")
-
-    to = b64(to_commit)
-    if from_commit is None:
-        return f"deltas/{to[:2]}/{to[2:]}/{target}"
-    source = b64(from_commit)
-    return f"deltas/{source[:2]}/{source[2:]}-{to}/{target}"
+    """A delta file's key inside an inline superblock: its path relative to the repo."""
+    return (delta_dir(Path(), from_commit, to_commit) / target).as_posix()
 
 
 def offline_name(from_commit: str | None, to_commit: str) -> str:

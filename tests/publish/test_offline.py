@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.core import gvariant
+from builder.core.ostree import delta_dir
 from builder.core.runner import Runner
 from builder.publish.offline import (
     OfflineDeltaError,
@@ -55,6 +56,7 @@ def assert_as_ostree_inline_writes(tiny: TinyDelta, tmp_path: Path) -> None:
     assert ours.sha256 == hashlib.sha256(mine).hexdigest() and ours.bytes == len(mine)
     assert (ours.from_commit, ours.to_commit, ours.to_version) == (tiny.old, tiny.new, "2")
     assert ours.parts == len(check_offline_file(theirs)[0].parts)
+    assert (tmp_path / ours.file).stat().st_mode & 0o777 == 0o644  # served as it is
 
 
 def test_file_is_byte_for_byte_what_ostree_inline_writes(tiny: TinyDelta,
@@ -314,3 +316,26 @@ def test_a_remote_without_keys_verifies_nothing(signed: tuple[TinyDelta, Path, P
         apply_offline(Runner(), device, tmp_path / written.file, "origin")
     assert str(caught.value) == (f"remote 'origin' of {device} has no GPG keys to verify with "
                                  "(hint: add the remote with --gpg-import=KEY.asc)")
+
+
+def test_a_file_from_scratch_applies_on_an_empty_repository(tiny: TinyDelta,
+                                                            tmp_path: Path) -> None:
+    """For a device that holds none of the fleet's commits: empty-TO.delta."""
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny.repo, repo)
+    ostree(repo, "static-delta", "generate", "--empty", f"--to={tiny.new}", *NO_FALLBACK)
+    written = write_offline_file(delta_dir(repo, None, tiny.new),
+                                 tmp_path / offline_name(None, tiny.new), None)
+    assert (written.file, written.from_commit) == (f"empty-{tiny.new}.delta", None)
+    device = device_with(tmp_path, tiny, None)
+    assert apply_offline(Runner(), device, tmp_path / written.file) == tiny.new
+    assert ostree(device, "cat", tiny.new, "/usr/etc/motd") == "release 2\n"
+
+
+def test_a_file_that_cannot_be_put_in_place_leaves_nothing_behind(tiny: TinyDelta,
+                                                                  tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    (out / "taken.delta").mkdir(parents=True)  # a directory where the file should go
+    with pytest.raises(IsADirectoryError):
+        write_offline_file(tiny.delta, out / "taken.delta", "1")
+    assert [p.name for p in out.iterdir()] == ["taken.delta"]
