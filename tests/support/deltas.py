@@ -30,8 +30,7 @@ def ostree(repo: Path, *args: str) -> str:
 
 
 def _executable(seed: int, size: int) -> bytes:
-    rng = random.Random(seed)
-    return bytes(rng.getrandbits(8) for _ in range(size))
+    return random.Random(seed).randbytes(size)
 
 
 def make_tiny_delta(root: Path, *generate_args: str) -> TinyDelta:
