@@ -320,8 +320,10 @@ def test_verification_catches_a_manifest_mismatch(build_dir: Path, tmp_path: Pat
     on_iso = json.loads((build_dir / "installer" / f"{IMAGE}.json").read_text())
     on_iso.pop("iso")
     wrong = Manifest(**{**on_iso, "commit": "0" * 64})
-    with pytest.raises(BuildError, match="manifest says"):
+    with pytest.raises(BuildError) as caught:
         verify_iso(Runner(), iso, wrong, tmp_path / "verify")
+    assert str(caught.value) == (f"{iso}: ref {wrong.ref} is {on_iso['commit']} in the "
+                                 f"embedded repo, but the manifest says {on_iso['commit']}")
 
 
 # --- from a real compose ----------------------------------------------------------------
@@ -399,6 +401,15 @@ def verified(build_dir: Path, tmp_path: Path) -> tuple[Path, Any, Any]:
     manifest, listing = Manifest(**on_iso), list_iso(Runner(), boot)
     checks = verify_iso(Runner(), iso, manifest, tmp_path / "clean", boot_iso=listing)
     assert any("checkisomd5" in check for check in checks)
+    sbom = json.loads(extract(iso, f"/{manifest.sbom}", tmp_path / "sbom.json").read_text())
+    assert checks[1:] == [
+        f"embedded repo passes `ostree fsck`; {manifest.ref} is {manifest.commit[:12]}, as in "
+        "the manifest",
+        "/ks.cfg passes pykickstart (RHEL 9)",
+        f"/{manifest.sbom} describes commit {manifest.commit[:12]} "
+        f"({len(sbom['packages'])} SPDX packages)",
+        "every boot entry has inst.ks=; boot images kept (BIOS /isolinux/isolinux.bin, UEFI "
+        "/images/efiboot.img); media checksum (checkisomd5) passes"]
     return iso, manifest, listing
 
 
@@ -413,6 +424,8 @@ def object_of(iso: Path, tmp_path: Path, suffix: str) -> str:
     ("kickstart", ".iso:/ks.cfg: rendered kickstart line 1: Unknown command: boguskstart"),
     ("boot-entry", "/isolinux/isolinux.cfg: a boot entry lacks inst.ks=hd:LABEL="),
     ("payload", "The media check is complete, the result is: FAIL."),
+    ("sbom-commit", "does not describe commit"),
+    ("sbom-json", "is not readable JSON: Expecting value: line 1 column 1"),
 ])
 def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_path: Path,
                                          what: str, message: str) -> None:
@@ -426,6 +439,11 @@ def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_pa
         tamper(iso, "/ks.cfg", lambda b: b"bogus" + b[5:])
     elif what == "boot-entry":  # the installer would boot without the kickstart
         tamper(iso, "/isolinux/isolinux.cfg", lambda b: b.replace(b"inst.ks=", b"inst.xx="))
+    elif what == "sbom-commit":  # an SBOM of another commit
+        tamper(iso, f"/{manifest.sbom}", lambda b: b.replace(manifest.commit.encode(),
+                                                             manifest.commit[::-1].encode()))
+    elif what == "sbom-json":
+        tamper(iso, f"/{manifest.sbom}", lambda b: b"X" + b[1:])
     else:  # a byte of the installer image: only the media checksum sees it
         tamper(iso, "/images/install.img", lambda b: b"\x01" + b[1:])
     with pytest.raises(BuildError) as caught:
