@@ -424,7 +424,10 @@ def object_of(iso: Path, tmp_path: Path, suffix: str) -> str:
     ("kickstart", ".iso:/ks.cfg: rendered kickstart line 1: Unknown command: boguskstart"),
     ("boot-entry", "/isolinux/isolinux.cfg: a boot entry lacks inst.ks=hd:LABEL="),
     ("payload", "The media check is complete, the result is: FAIL."),
+    ("grub-entry", "/EFI/BOOT/grub.cfg: a boot entry lacks inst.ks=hd:LABEL="),
     ("sbom-commit", "does not describe commit"),
+    ("sbom-packages", "does not describe commit"),  # no packages: refused, not a crash
+    ("sbom-checksums", "does not describe commit"),
     ("sbom-json", "is not readable JSON: Expecting value: line 1 column 1"),
 ])
 def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_path: Path,
@@ -439,6 +442,12 @@ def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_pa
         tamper(iso, "/ks.cfg", lambda b: b"bogus" + b[5:])
     elif what == "boot-entry":  # the installer would boot without the kickstart
         tamper(iso, "/isolinux/isolinux.cfg", lambda b: b.replace(b"inst.ks=", b"inst.xx="))
+    elif what == "grub-entry":  # the UEFI menu's linuxefi line
+        tamper(iso, "/EFI/BOOT/grub.cfg", lambda b: b.replace(b"inst.ks=", b"inst.xx="))
+    elif what in ("sbom-packages", "sbom-checksums"):  # a document without that list
+        key = what.removeprefix("sbom-").encode()
+        tamper(iso, f"/{manifest.sbom}",
+               lambda b: b.replace(b'"' + key + b'"', b'"' + key[:-1] + b'X"'))
     elif what == "sbom-commit":  # an SBOM of another commit
         tamper(iso, f"/{manifest.sbom}", lambda b: b.replace(manifest.commit.encode(),
                                                              manifest.commit[::-1].encode()))
