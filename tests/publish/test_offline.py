@@ -339,3 +339,19 @@ def test_a_file_that_cannot_be_put_in_place_leaves_nothing_behind(tiny: TinyDelt
     with pytest.raises(IsADirectoryError):
         write_offline_file(tiny.delta, out / "taken.delta", "1")
     assert [p.name for p in out.iterdir()] == ["taken.delta"]
+
+
+def test_a_big_endian_delta_is_written_and_applies(tiny: TinyDelta, tmp_path: Path) -> None:
+    """A delta generated on a big-endian host (or with --set-endianness=B): its part
+    headers are read in that order, and the file is still ostree's own inline file."""
+    repo = tmp_path / "repo"
+    shutil.copytree(tiny.repo, repo)
+    ostree(repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
+           *NO_FALLBACK, "--set-endianness=B")
+    written = write_offline_file(delta_dir(repo, tiny.old, tiny.new),
+                                 tmp_path / offline_name(tiny.old, tiny.new), "1")
+    little = write_offline_file(tiny.delta, tmp_path / "little.delta", "1")
+    assert written.parts == little.parts and written.to_commit == tiny.new
+    device = device_with(tmp_path, tiny, tiny.old)
+    assert apply_offline(Runner(), device, tmp_path / written.file) == tiny.new
+    assert ostree(device, "cat", tiny.new, "/usr/etc/motd") == "release 2\n"
