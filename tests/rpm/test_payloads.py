@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import ClassVar
 import pytest
 
 from builder.context import Context
+from builder.core.http_thread import ServedInThread
 from builder.core.progress import Progress
 from builder.release.samples import payload_standin
 from builder.rpm.payloads import resolve_payload
@@ -49,14 +49,8 @@ class Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[str]]]:
     Handler.served, Handler.watch, Handler.seen = [], None, []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", Handler.served
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler), "payloads") as served:
+        yield served.url, Handler.served
 
 
 def url_release(tmp_path: Path, url: str, sha256: str) -> Path:

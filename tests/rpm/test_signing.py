@@ -104,8 +104,7 @@ def test_signed_rpms_verify_and_signing_is_reproducible(
 def test_repo_metadata_signature_verifies(signing: tuple[Context, SigningKey],
                                           unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
-    repo = tmp_path / "repo"
-    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
+    repo = unsigned_repo_copy(unsigned, tmp_path)
     signature = sign_repo(ctx, repo, key)
     assert signature == repo / "repodata" / "repomd.xml.asc"
     verified = subprocess.run(["gpg", "--homedir", str(key.homedir), "--verify", str(signature),
@@ -133,6 +132,13 @@ def rpm_check(key: SigningKey, rpm: Path, tmp_path: Path) -> subprocess.Complete
     subprocess.run(["rpm", "--dbpath", str(db), "--import", str(public)], check=True)
     return subprocess.run(["rpm", "--dbpath", str(db), "-K", str(rpm)], capture_output=True,
                           text=True, check=False)
+
+
+def unsigned_repo_copy(unsigned: Path, tmp_path: Path) -> Path:
+    """A repository of its own (the metadata signing writes beside): TMP/repo."""
+    repo = tmp_path / "repo"
+    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
+    return repo
 
 
 def signed_copy(ctx: Context, key: SigningKey, unsigned: Path, dest: Path) -> Path:
@@ -187,8 +193,7 @@ def gpg_verify(key: SigningKey, repo: Path, tmp_path: Path) -> subprocess.Comple
 def test_altered_repository_metadata_is_refused(signing: tuple[Context, SigningKey],
                                                 unsigned: Path, tmp_path: Path) -> None:
     ctx, key = signing
-    repo = tmp_path / "repo"
-    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
+    repo = unsigned_repo_copy(unsigned, tmp_path)
     sign_repo(ctx, repo, key)
     assert "[GNUPG:] VALIDSIG" in gpg_verify(key, repo, tmp_path).stdout
     repomd = repo / "repodata/repomd.xml"
@@ -205,8 +210,7 @@ def test_repository_metadata_signed_by_another_key_is_refused(
         signing: tuple[Context, SigningKey], other_key: SigningKey, unsigned: Path,
         tmp_path: Path) -> None:
     ctx, key = signing
-    repo = tmp_path / "repo"
-    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
+    repo = unsigned_repo_copy(unsigned, tmp_path)
     sign_repo(ctx, repo, other_key)
     verified = gpg_verify(key, repo, tmp_path)
     assert verified.returncode == 2
@@ -238,12 +242,6 @@ def test_signing_stops_its_agent(signing: tuple[Context, SigningKey], unsigned: 
         while [a for a in gpg_agents() if a.homedir == gnupg_home(key.homedir)]:
             assert time.monotonic() < deadline, "gpg-agent still runs after signing"
             time.sleep(0.05)
-
-
-def unsigned_repo_copy(unsigned: Path, tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    shutil.copytree(unsigned / "repo" / "repodata", repo / "repodata")
-    return repo
 
 
 def test_what_cannot_be_signed_is_said(signing: tuple[Context, SigningKey], unsigned: Path,

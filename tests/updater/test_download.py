@@ -7,13 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from builder.core.errors import BuildError
+from builder.core.http_thread import ServedInThread
 from builder.device.repo_server import RepoServer
 from builder.updater.download import STATE, SYNC_EVERY, Download, Limits
 from builder.updater.index import DeltaFile, UpdateRefused
@@ -92,11 +92,17 @@ def test_a_later_run_resumes_what_an_earlier_one_staged(site: Path) -> None:
     assert stats.duplicate_delta_bytes() == 0
 
 
-def test_a_part_of_another_file_is_discarded_not_resumed(site: Path) -> None:
+@pytest.mark.parametrize("record", [
+    {"url": "http://elsewhere/", "sha256": "0" * 64},  # a part of another file
+    None,                                               # download.json is missing
+])
+def test_a_part_not_recorded_as_this_file_is_discarded_not_resumed(
+        site: Path, record: dict[str, str] | None) -> None:
     staging = site / "staging"
     staging.mkdir()
     (staging / (NAME + ".part")).write_bytes(b"x" * 1000)
-    (staging / STATE).write_text(json.dumps({"url": "http://elsewhere/", "sha256": "0" * 64}))
+    if record is not None:
+        (staging / STATE).write_text(json.dumps(record))
     with _server(site) as server:
         download = _download(site, server, _delta(site))
         path = download.run()
@@ -156,18 +162,13 @@ def test_a_server_that_ignores_range_restarts_from_zero(site: Path, tmp_path: Pa
 
     staging = site / "staging"
     staging.mkdir()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Whole)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{httpd.server_address[1]}/{NAME}"
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), Whole), "whole") as served:
+        url = f"{served.url}/{NAME}"
         (staging / STATE).write_text(json.dumps(_delta(site).__dict__, sort_keys=True) + "\n")
         (staging / (NAME + ".part")).write_bytes(body[:5000])
         download = Download(staging, url, _delta(site), Limits(retry_delay=0.0),
                             lambda done, total: None)
         path = download.run()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert download.transfer.resumed_from == 5000 and download.transfer.restarts == 2
     assert download.transfer.interruptions == 1 and len(answers) == 2
     assert path.read_bytes() == body
@@ -193,13 +194,12 @@ class Ranged:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/{NAME}"
+        self.served = ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler), "ranged")
+        self.served.__enter__()
+        self.url = f"{self.served.url}/{NAME}"
 
     def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.served.__exit__()
 
 
 @pytest.mark.parametrize(("content_range", "accepted"), [
@@ -231,17 +231,6 @@ def test_a_partial_answer_must_continue_the_staged_bytes(site: Path, content_ran
     header = content_range.format(start=5000, end=SIZE - 1, size=SIZE)
     assert str(caught.value) == (f"GET {server.url}: Content-Range {header!r} does not "
                                  f"continue byte 5000 of a {SIZE}-byte file")
-
-
-def test_a_part_without_its_record_is_not_trusted(site: Path) -> None:
-    staging = site / "staging"
-    staging.mkdir()
-    (staging / (NAME + ".part")).write_bytes(b"x" * 1000)  # download.json is missing
-    with _server(site) as server:
-        download = _download(site, server, _delta(site))
-        path = download.run()
-    assert download.transfer.resumed_from == 0
-    assert path.read_bytes() == (site / "updates" / NAME).read_bytes()
 
 
 def test_retries_wait_longer_each_time(site: Path) -> None:
@@ -322,14 +311,9 @@ def test_an_answer_that_is_neither_whole_nor_partial_is_refused(site: Path) -> N
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), NoContent)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}/{NAME}"
-    try:
-        with pytest.raises(UpdateRefused) as caught:
-            Download(site / "staging", url, _delta(site), Limits(retry_delay=0),
-                     lambda done, total: None).run()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), NoContent), "204") as served, \
+            pytest.raises(UpdateRefused) as caught:
+        url = f"{served.url}/{NAME}"
+        Download(site / "staging", url, _delta(site), Limits(retry_delay=0),
+                 lambda done, total: None).run()
     assert str(caught.value) == f"GET {url}: HTTP 204"

@@ -18,6 +18,7 @@ import pytest
 
 from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
+from builder.core.http_thread import ServedInThread
 from builder.core.runner import Runner
 from builder.updater.index import (
     INDEX_FORMAT,
@@ -289,14 +290,11 @@ def server() -> Iterator[str]:
                       "/huge": (200, b"x" * (MAX_METADATA + 1)),
                       "/limit": (200, b"y" * MAX_METADATA)}
     Handler.finished.clear()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        Handler.finished.set()
-        httpd.shutdown()
-        httpd.server_close()
+    with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler), "index") as served:
+        try:
+            yield served.url
+        finally:
+            Handler.finished.set()  # before the shutdown, which waits for /endless
 
 
 def test_fetching_the_index(server: str) -> None:
