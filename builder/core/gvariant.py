@@ -118,12 +118,20 @@ def _read_offset(data: memoryview, at: int, width: int) -> int:
     return int.from_bytes(data[at:at + width], "little")
 
 
+def _order(byteorder: str) -> str:
+    # A misspelt order must not quietly read every number byte-swapped.
+    orders = {"little": "<", "big": ">"}
+    if byteorder not in orders:
+        raise ValueError(f"byteorder must be 'little' or 'big', not {byteorder!r}")
+    return orders[byteorder]
+
+
 # --- decoding -----------------------------------------------------------------------------
 
 def decode(type_text: str, data: bytes | memoryview, byteorder: str = "little") -> object:
     """The value of `data` as `type_text`; raises GVariantError on malformed data."""
     view = data if isinstance(data, memoryview) else memoryview(data)
-    return _decode(parse_type(type_text), view, "<" if byteorder == "little" else ">")
+    return _decode(parse_type(type_text), view, _order(byteorder))
 
 
 def children(type_text: str, data: bytes | memoryview) -> list[memoryview]:
@@ -216,7 +224,7 @@ def _tuple_spans(members: Sequence[GType], data: memoryview) -> list[memoryview]
 
 def encode(type_text: str, value: object, byteorder: str = "little") -> list[Piece]:
     """Serialize `value` as `type_text`; returns pieces to `write_pieces` or `join`."""
-    return _encode(parse_type(type_text), value, "<" if byteorder == "little" else ">")
+    return _encode(parse_type(type_text), value, _order(byteorder))
 
 
 def piece_size(piece: Piece) -> int:

@@ -61,16 +61,7 @@ class PartHeader:
     version: int
     checksum: str
     compressed: int
-    uncompressed: int
     objects: tuple[tuple[int, str], ...]  # (ostree object type, checksum) in part order
-
-
-@dataclass(frozen=True)
-class Fallback:
-    objtype: int
-    checksum: str
-    compressed: int
-    uncompressed: int
 
 
 @dataclass(frozen=True)
@@ -81,7 +72,7 @@ class Superblock:
     metadata: tuple[tuple[str, Variant], ...]
     commit: memoryview
     parts: tuple[PartHeader, ...]
-    fallbacks: tuple[Fallback, ...]
+    fallbacks: tuple[int, ...]  # compressed size of each object left for HTTP
     value: tuple[object, ...]  # the decoded superblock, re-encoded byte for byte
 
     def relpath(self, target: str) -> str:
@@ -90,6 +81,17 @@ class Superblock:
     def inline_part(self, index: int) -> Variant | None:
         key = self.relpath(str(index))
         return next((v for k, v in self.metadata if k == key and v.type == "(yay)"), None)
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """What a checked offline file delivers (no views into its mapping survive the check)."""
+
+    from_commit: str | None
+    to_commit: str
+    to_version: str | None
+    parts: int
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -138,10 +140,9 @@ def parse_superblock(data: memoryview, source: str) -> Superblock:
     commit = spans[4]
     return Superblock(
         from_commit, to_commit, _commit_version(commit), metadata, commit,
-        tuple(PartHeader(int(v), _hex(c), int(s), int(u), _objects(o, source))
-              for v, c, s, u, o in headers),
-        tuple(Fallback(int(t), _hex(c), int(s), int(u)) for t, c, s, u in fallbacks),
-        value)
+        tuple(PartHeader(int(v), _hex(c), int(s), _objects(o, source))
+              for v, c, s, _, o in headers),
+        tuple(int(s) for _, _, s, _ in fallbacks), value)
 
 
 def _byteorder(metadata: Sequence[tuple[str, Variant]]) -> str:
@@ -153,8 +154,7 @@ def _byteorder(metadata: Sequence[tuple[str, Variant]]) -> str:
 
 
 def _raw(data: bytes | memoryview | FileSlice) -> bytes:
-    if isinstance(data, FileSlice):
-        raise GVariantError("a file slice is not decoded data")
+    assert not isinstance(data, FileSlice)  # decoded variants hold bytes; slices are written
     return bytes(data)
 
 
@@ -203,8 +203,8 @@ def mapped(path: Path) -> Iterator[memoryview]:
                 mapping.close()
 
 
-def check_offline_file(path: Path) -> tuple[Superblock, str]:
-    """Everything `apply-offline` needs from the file alone; returns it and the file's sha256."""
+def check_offline_file(path: Path) -> CheckedFile:
+    """Everything `apply-offline` needs from the file alone; OfflineDeltaError if it lacks."""
     if not path.is_file():
         raise OfflineDeltaError(f"{path}: no such file")
     with mapped(path) as view:
@@ -213,23 +213,23 @@ def check_offline_file(path: Path) -> tuple[Superblock, str]:
         if problems:
             raise OfflineDeltaError(f"{path.name}: {problems[0]}",
                                     hint=" ".join(problems[1:]) or None)
-        digest = hashlib.sha256(view).hexdigest()
-        # Views into the mapping must not outlive it.
-        superblock = _detached(superblock)
+        checked = CheckedFile(superblock.from_commit, superblock.to_commit,
+                              superblock.to_version, len(superblock.parts),
+                              hashlib.sha256(view).hexdigest())
+        del superblock  # its views into the mapping must not outlive it
     match = NAME_RE.fullmatch(path.name)
-    if match and (match["to"] != superblock.to_commit
-                  or (match["from"] != "empty") != (superblock.from_commit is not None)
-                  or (superblock.from_commit and match["from"] != superblock.from_commit)):
+    if match and (match["to"], match["from"]) != (checked.to_commit,
+                                                   checked.from_commit or "empty"):
         raise OfflineDeltaError(
             f"{path.name}: the name says {match['from'][:12]} -> {match['to'][:12]} but the "
-            f"file holds {(superblock.from_commit or 'empty')[:12]} -> "
-            f"{superblock.to_commit[:12]}", hint="was it renamed? name it FROM-TO.delta")
-    return superblock, digest
+            f"file holds {(checked.from_commit or 'empty')[:12]} -> "
+            f"{checked.to_commit[:12]}", hint="was it renamed? name it FROM-TO.delta")
+    return checked
 
 
 def _problems(superblock: Superblock) -> list[str]:
     if superblock.fallbacks:
-        size = sum(f.compressed for f in superblock.fallbacks)
+        size = sum(superblock.fallbacks)
         return [f"cannot be applied offline: it leaves {len(superblock.fallbacks)} objects "
                 f"({size} bytes) to be fetched over HTTP (fallback entries)",
                 "regenerate it with `python -m builder deltas`, which writes no fallback "
@@ -252,13 +252,6 @@ def _problems(superblock: Superblock) -> list[str]:
             return [f"part {index} is damaged: its sha256 or size differs from the superblock's "
                     f"{header.checksum[:12]} ({header.compressed} bytes)", "copy it again"]
     return []
-
-
-def _detached(superblock: Superblock) -> Superblock:
-    """A copy without views into a mapping (only what callers use after closing it)."""
-    return Superblock(superblock.from_commit, superblock.to_commit, superblock.to_version,
-                      (), memoryview(bytes(superblock.commit)), superblock.parts,
-                      superblock.fallbacks, ())
 
 
 # --- writing ------------------------------------------------------------------------------
@@ -289,9 +282,9 @@ def write_offline_file(delta_dir: Path, dest: Path, from_version: str | None) ->
         metadata[at:at] = parts
         pieces = gvariant.encode(SUPERBLOCK_TYPE, (metadata, *superblock.value[1:]))
         _write_pieces(dest, pieces)
-    checked, digest = check_offline_file(dest)
+    checked = check_offline_file(dest)
     return OfflineFile(dest.name, checked.from_commit, from_version, checked.to_commit,
-                       checked.to_version, dest.stat().st_size, digest, len(checked.parts))
+                       checked.to_version, dest.stat().st_size, checked.sha256, checked.parts)
 
 
 def _write_pieces(dest: Path, pieces: list[gvariant.Piece]) -> None:
@@ -325,18 +318,18 @@ def apply_offline(runner: Runner, repo_path: Path, delta_file: Path,
     With `verify_remote`, the delivered commit's GPG signature (which the delta carries) must
     verify with that remote's keys, as a pull with gpg-verify=true would require: a USB stick
     is no more trusted than the network."""
-    superblock, _ = check_offline_file(delta_file)
+    checked = check_offline_file(delta_file)
     repo = Repo(repo_path, runner)
     if not repo.exists():
         raise OfflineDeltaError(f"{repo_path} is not an ostree repository")
-    source = superblock.from_commit
+    source = checked.from_commit
     if source is not None and not repo.has_commit(source):
         raise OfflineDeltaError(
             f"{delta_file.name}: commit {source}, the delta's source, is not in repository "
             f"{repo_path}", hint="this file updates devices that run that commit; use the "
                                  "file whose name starts with the device's commit, or "
                                  "empty-*.delta")
-    commit = superblock.to_commit
+    commit = checked.to_commit
     repo.delta_apply_offline(delta_file)
     if not repo.has_commit(commit):
         raise OfflineDeltaError(f"after applying {delta_file.name}, {repo_path} lacks "

@@ -146,7 +146,7 @@ def delta_sizes(repo: Repo, source: str | None, head: str) -> tuple[int, int, in
     superblock = read_superblock(repo, source, head)
     directory = delta_dir(repo.path, source, head)
     files = sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
-    fallback_bytes = sum(f.compressed for f in superblock.fallbacks)
+    fallback_bytes = sum(superblock.fallbacks)
     return files + fallback_bytes, len(superblock.parts), len(superblock.fallbacks)
 
 

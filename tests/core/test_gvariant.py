@@ -66,6 +66,15 @@ def test_big_endian_numbers_when_asked() -> None:
                            byteorder="big") == (1, 2)
 
 
+@pytest.mark.parametrize("byteorder", ["Big", "network", ""])
+def test_an_unknown_byte_order_is_refused_not_guessed(byteorder: str) -> None:
+    with pytest.raises(ValueError, match=f"byteorder must be 'little' or 'big', not "
+                                         f"{byteorder!r}"):
+        gvariant.decode("u", bytes(4), byteorder=byteorder)
+    with pytest.raises(ValueError, match="byteorder must be"):
+        gvariant.encode("u", 1, byteorder=byteorder)
+
+
 @pytest.mark.parametrize(("type_text", "data", "problem"), [
     ("s", b"no terminator", "NUL"),
     ("as", b"abc\0\xff", "framing"),

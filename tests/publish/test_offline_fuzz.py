@@ -57,6 +57,6 @@ def test_a_damaged_file_is_refused_with_what_is_wrong(original: tuple[TinyDelta,
         return
     # Accepted: then the change was in bytes ostree does not read either (padding of the
     # superblock's variant); the parts, their checksums and the commits are what they were.
-    superblock, _ = check_offline_file(path)
-    assert (superblock.from_commit, superblock.to_commit) == (tiny.old, tiny.new)
+    checked = check_offline_file(path)
+    assert (checked.from_commit, checked.to_commit) == (tiny.old, tiny.new)
     assert len(bad) == len(good), "a truncated or grown file never passes"
