@@ -54,10 +54,11 @@ def _site(pair: UpdatePair, tmp_path: Path) -> Path:
     return site / "repo"
 
 
-def _booted_device(pair: UpdatePair, tmp_path: Path) -> Device:
+def _booted_device(pair: UpdatePair, tmp_path: Path, commit: str | None = None) -> Device:
     device = Device(tmp_path / "device", Runner(), Progress())
     device.init("edge")
-    deployment = device.install(pair.repo, pair.ref, commit=pair.v1, gpg_key=pair.public_key)
+    deployment = device.install(pair.repo, pair.ref, commit=commit or pair.v1,
+                                gpg_key=pair.public_key)
     # Short greenboot waits, as the scenarios set them (/etc carries over to v2).
     device.write_greenboot_conf(deployment, {"MICROSHIFT_WAIT_TIMEOUT_SEC": "1"})
     with ApiServer() as api:
@@ -76,15 +77,37 @@ def _status(device: Device) -> str:
     return proc.stdout.strip()
 
 
-def _refused(device: Device, repo: Path, pair: UpdatePair, words: str) -> None:
+def _refused(device: Device, repo: Path, pair: UpdatePair, words: str,
+             offered: str | None = None) -> None:
     before = [d.id for d in device.deployments()]
     with pytest.raises(UpdateFailed) as caught:
         run_updater(device, repo, UpdateOptions(config=SIM))
     assert words in str(caught.value)
     assert [d.id for d in device.deployments()] == before
     assert device.grubenv.counter() is None
-    assert not device.repo.has_commit(pair.v2)
+    assert not device.repo.has_commit(offered or pair.v2)
     assert _status(device).startswith("failed: ") and words in _status(device)
+
+
+def _offer(pair: UpdatePair, repo_path: Path, source: str, target: str,
+           version: str | None) -> None:
+    """Publish a delta file source -> target and an index offering it, signed with the key
+    the device trusts."""
+    runner = Runner()
+    repo = Repo(repo_path, runner)
+    homedir = pair.public_key.parent if pair.public_key else pair.repo
+    key = ensure_sample_key(runner, Progress(), homedir, 0)
+    if f"{source}-{target}" in repo.delta_list():
+        repo.delta_delete(source, target)
+    repo.delta_generate(target, source, extra=["--min-fallback-size=0"])
+    out = _updates(repo_path)
+    for old in out.glob("*.delta"):
+        old.unlink()
+    offline = write_offline_file(delta_dir(repo_path, source, target),
+                                 out / offline_name(source, target), None)
+    (out / INDEX).write_text(index_json(SAMPLE_REF, target, version, [offline]))
+    sign_detached(runner, key, out / INDEX)
+    stop_agent(runner, homedir)
 
 
 def test_only_the_delta_file_crosses_the_link_and_v2_is_staged(pair: UpdatePair,
@@ -156,23 +179,27 @@ def test_a_delta_to_an_unsigned_commit_is_refused(pair: UpdatePair, tmp_path: Pa
     """The publisher's mistake, not an attack: v2 lost its signature before the delta was
     made. The index is signed properly; the commit is not, so nothing is staged."""
     repo_path = _site(pair, tmp_path)
-    runner = Runner()
-    repo = Repo(repo_path, runner)
-    homedir = pair.public_key.parent if pair.public_key else pair.repo
-    key = ensure_sample_key(runner, Progress(), homedir, 0)
     # An archive repository keeps a commit's signatures in its detached metadata file.
     (repo_path / "objects" / pair.v2[:2] / f"{pair.v2[2:]}.commitmeta").unlink()
-    assert not commit_signed(runner, repo_path, pair.v2)
-    repo.delta_delete(pair.v1, pair.v2)
-    repo.delta_generate(pair.v2, pair.v1, extra=["--min-fallback-size=0"])
-    out = _updates(repo_path)
-    offline = write_offline_file(delta_dir(repo_path, pair.v1, pair.v2),
-                                 out / offline_name(pair.v1, pair.v2), None)
-    (out / INDEX).write_text(index_json(SAMPLE_REF, pair.v2, None, [offline]))
-    sign_detached(runner, key, out / INDEX)
-    stop_agent(runner, homedir)
+    assert not commit_signed(Runner(), repo_path, pair.v2)
+    _offer(pair, repo_path, pair.v1, pair.v2, None)
     _refused(_booted_device(pair, tmp_path), repo_path, pair,
              "does not verify with the keys of remote 'edge'")
+
+
+def test_an_older_commit_is_refused_unless_the_admin_allows_downgrades(
+        pair: UpdatePair, tmp_path: Path) -> None:
+    """A replayed old index (properly signed, with a properly signed commit) must not roll a
+    device back: the commit's timestamp is older than the booted one's."""
+    repo = _site(pair, tmp_path)
+    _offer(pair, repo, pair.v2, pair.v1, "4.14.2-sample.1")
+    device = _booted_device(pair, tmp_path, commit=pair.v2)
+    _refused(device, repo, pair, f"commit {pair.v1[:12]} is older than the booted commit "
+             f"{pair.v2[:12]}: a downgrade", offered=pair.v1)
+    report, deployment = run_updater(device, repo, UpdateOptions(
+        config={**SIM, "allow_downgrade": True}))
+    assert report.method == "delta-file" and deployment.checksum == pair.v1
+    assert [d.checksum for d in device.deployments()] == [pair.v1, pair.v2]
 
 
 def test_without_an_index_the_updater_pulls_the_ref(pair: UpdatePair, tmp_path: Path) -> None:
