@@ -45,13 +45,15 @@ MODULES: dict[str, list[str]] = {
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]
-# greenboot's decision points (bash, which mutmut cannot mutate): each line below is changed
-# by hand, one at a time, and tests/device/test_greenboot.py must fail for each.
+# Code mutmut cannot follow is changed by hand, one line at a time, and its tests must fail
+# for each: greenboot's decision points (bash), and the updater's checks that run on the
+# simulated device inside the microshift-update zip application (a subprocess, which
+# mutmut's trampolines neither see nor switch).
 GREENBOOT = "specs/sources/microshift-greenboot/usr"
 FUNCTIONS = f"{GREENBOOT}/share/microshift/functions/greenboot.sh"
 CHECK = f"{GREENBOOT}/lib/greenboot/check/required.d/40-microshift-running-check.sh"
-GREENBOOT_TESTS = ["tests/device/test_greenboot.py"]
-SHELL_MUTANTS: list[tuple[str, str, str]] = [  # file, original, mutant
+Mutant = tuple[str, str, str]  # file, original, mutant
+GREENBOOT_MUTANTS: list[Mutant] = [
     (FUNCTIONS, "local timeout=$(( base * (max - counter) ))",
      "local timeout=$(( base * (max - counter + 1) ))"),
     (FUNCTIONS, "local timeout=$(( base * (max - counter) ))", "local timeout=$(( base ))"),
@@ -68,6 +70,24 @@ SHELL_MUTANTS: list[tuple[str, str, str]] = [  # file, original, mutant
     (CHECK, '!= "enabled" ] ; then', '= "never" ] ; then'),
     (CHECK, 'if ! WORKLOADS="$(health_workloads)" ; then', 'if ! WORKLOADS="" ; then'),
 ]
+APPLY, RUN = "builder/updater/apply.py", "builder/updater/run.py"
+UPDATER_MUTANTS: list[Mutant] = [
+    (APPLY, "    if new < old:", "    if False:"),
+    (APPLY, "    if proc.returncode != 0:", "    if False:"),
+    (APPLY, '"--set=gpg-verify=true"', '"--set=gpg-verify=false"'),
+    (APPLY, "        forget(system, commit)\n        raise UpdateRefused(f\"commit {commit[:12]} "
+     "does not", "        raise UpdateRefused(f\"commit {commit[:12]} does not"),
+    (APPLY, "    verify_commit(system, commit, remote, keyrings)\n", "\n"),
+    (RUN, "        if not self.config.allow_downgrade:", "        if False:"),
+    (RUN, 'if self.system.remote_option(remote, "gpg-verify") == "false":', "if False:"),
+    (RUN, "if delta is not None and delta.size > self.config.staging_max_bytes:", "if False:"),
+    (RUN, "        if target is not None and target in self._rolled_back():", "        if False:"),
+    (RUN, "        if target == booted.checksum:", "        if False:"),
+]
+HAND_MUTANTS: dict[str, tuple[list[str], list[Mutant]]] = {  # group: tests, mutants
+    "greenboot": (["tests/device/test_greenboot.py"], GREENBOOT_MUTANTS),
+    "updater-on-device": (["tests/device/test_update.py"], UPDATER_MUTANTS),
+}
 KILLED = {1, 3, -24, 24, 152, 255, 36, -9}   # mutmut: test failure, error or timeout
 SURVIVED = {0}
 NO_TESTS = {5, 33}
@@ -127,11 +147,12 @@ def tally(module: str, codes: dict[str, int | None], returncode: int) -> dict[st
             "no_tests": untested, "score": round(killed / total, 4) if total else 1.0}
 
 
-def run_shell_mutants() -> dict[str, Any]:
-    """Each greenboot decision point changed in a copy; the greenboot tests must fail."""
-    work = WORK / "greenboot"
+def run_hand_mutants(group: str) -> dict[str, Any]:
+    """Each hand mutant of `group` applied to a copy; the group's tests must fail."""
+    work = WORK / group
+    tests, mutants = HAND_MUTANTS[group]
     survived, killed = [], 0
-    for index, (file, original, mutant) in enumerate(SHELL_MUTANTS):
+    for index, (file, original, mutant) in enumerate(mutants):
         copy_project(work)
         path = work / file
         text = path.read_text()
@@ -139,32 +160,32 @@ def run_shell_mutants() -> dict[str, Any]:
             sys.exit(f"{file}: {original!r} should occur once (ci/mutation.py is stale)")
         path.write_text(text.replace(original, mutant))
         proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
-                               "no:cacheprovider", *GREENBOOT_TESTS], cwd=work,
+                               "no:cacheprovider", *tests], cwd=work,
                               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
                               capture_output=True, text=True, check=False)
-        name = f"greenboot.{index}: {Path(file).name}: {original} -> {mutant}"
+        name = f"{group}.{index}: {Path(file).name}: {original.strip()} -> {mutant.strip()}"
         if proc.returncode == 0:
             survived.append(name)
         else:
             killed += 1
         print(f"      {'killed' if proc.returncode else 'SURVIVED'}: {name}", flush=True)
-    total = len(SHELL_MUTANTS)
-    return {"module": "greenboot (bash, by hand)", "mutants": total, "killed": killed,
+    total = len(mutants)
+    return {"module": f"{group} (by hand)", "mutants": total, "killed": killed,
             "survived": survived, "no_tests": [], "score": round(killed / total, 4)}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("modules", nargs="*", default=[*MODULES, "greenboot"],
-                        choices=[*MODULES, "greenboot"], metavar="MODULE")
+    parser.add_argument("modules", nargs="*", default=[*MODULES, *HAND_MUTANTS],
+                        choices=[*MODULES, *HAND_MUTANTS], metavar="MODULE")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--min-score", type=float, default=0.90)
     args = parser.parse_args()
     results = []
     for module in args.modules:
-        tests = MODULES.get(module, GREENBOOT_TESTS)
+        tests = MODULES[module] if module in MODULES else HAND_MUTANTS[module][0]
         print(f"==> mutating {module} (tests: {', '.join(tests)})", flush=True)
-        result = run_shell_mutants() if module == "greenboot" else run(module, args.jobs)
+        result = run_hand_mutants(module) if module in HAND_MUTANTS else run(module, args.jobs)
         results.append(result)
         print(f"<== {module}: {result['killed']}/{result['mutants']} killed "
               f"({float(result['score']):.1%}), {len(result['survived'])} survived, "

@@ -42,3 +42,13 @@ def test_every_module_named_has_its_tests(mutation: ModuleType) -> None:
     for module, tests in mutation.MODULES.items():
         assert (root / module).is_file(), module
         assert all((root / t).is_file() for t in tests if t.startswith("tests/")), module
+
+
+def test_every_hand_mutant_changes_exactly_one_place(mutation: ModuleType) -> None:
+    """A hand mutant whose line has moved on would mutate nothing (and count as killed)."""
+    root = SCRIPT.parents[1]
+    for group, (tests, mutants) in mutation.HAND_MUTANTS.items():
+        assert all((root / t).is_file() for t in tests), group
+        for file, original, mutant in mutants:
+            assert (root / file).read_text().count(original) == 1, (group, original)
+            assert original != mutant

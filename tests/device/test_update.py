@@ -8,6 +8,7 @@ Integration tier: runs ostree, gpg, bash and the zip application with the host's
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,7 +25,13 @@ from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
 from builder.device.sysroot import Device, release_deployments
-from builder.device.update import UPDATER, UpdateFailed, UpdateOptions, run_updater
+from builder.device.update import (
+    UPDATER,
+    UpdateFailed,
+    UpdateOptions,
+    UpdateReport,
+    run_updater,
+)
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
 from tests.device.test_scenarios import make_ctx
 from tests.support import requires
@@ -77,26 +84,25 @@ def _status(device: Device) -> str:
     return proc.stdout.strip()
 
 
-def _refused(device: Device, repo: Path, pair: UpdatePair, words: str,
-             offered: str | None = None) -> None:
+def _refused(device: Device, repo: Path, pair: UpdatePair, words: str, *,
+             offered: str | None = None, config: dict[str, object] | None = None
+             ) -> UpdateReport:
     before = [d.id for d in device.deployments()]
     with pytest.raises(UpdateFailed) as caught:
-        run_updater(device, repo, UpdateOptions(config=SIM))
+        run_updater(device, repo, UpdateOptions(config={**SIM, **(config or {})}))
     assert words in str(caught.value)
     assert [d.id for d in device.deployments()] == before
     assert device.grubenv.counter() is None
     assert not device.repo.has_commit(offered or pair.v2)
     assert _status(device).startswith("failed: ") and words in _status(device)
+    return caught.value.report
 
 
 def _offer(pair: UpdatePair, repo_path: Path, source: str, target: str,
            version: str | None) -> None:
     """Publish a delta file source -> target and an index offering it, signed with the key
     the device trusts."""
-    runner = Runner()
-    repo = Repo(repo_path, runner)
-    homedir = pair.public_key.parent if pair.public_key else pair.repo
-    key = ensure_sample_key(runner, Progress(), homedir, 0)
+    repo = Repo(repo_path, Runner())
     if f"{source}-{target}" in repo.delta_list():
         repo.delta_delete(source, target)
     repo.delta_generate(target, source, extra=["--min-fallback-size=0"])
@@ -106,7 +112,15 @@ def _offer(pair: UpdatePair, repo_path: Path, source: str, target: str,
     offline = write_offline_file(delta_dir(repo_path, source, target),
                                  out / offline_name(source, target), None)
     (out / INDEX).write_text(index_json(SAMPLE_REF, target, version, [offline]))
-    sign_detached(runner, key, out / INDEX)
+    _sign_index(pair, out / INDEX)
+
+
+def _sign_index(pair: UpdatePair, index: Path) -> None:
+    """Sign with the key the device trusts."""
+    runner = Runner()
+    homedir = pair.public_key.parent if pair.public_key else pair.repo
+    key = ensure_sample_key(runner, Progress(), homedir, 0)
+    sign_detached(runner, key, index)
     stop_agent(runner, homedir)
 
 
@@ -200,6 +214,43 @@ def test_an_older_commit_is_refused_unless_the_admin_allows_downgrades(
         config={**SIM, "allow_downgrade": True}))
     assert report.method == "delta-file" and deployment.checksum == pair.v1
     assert [d.checksum for d in device.deployments()] == [pair.v1, pair.v2]
+
+
+def test_a_remote_that_does_not_verify_signatures_is_refused(pair: UpdatePair,
+                                                            tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path)
+    device.runner.run(["ostree", f"--repo={device.repo.path}", "config", "set",
+                       '--group=remote "edge"', "gpg-verify", "false"])
+    report = _refused(device, pair.repo, pair, "remote 'edge' has gpg-verify=false: "
+                      "microshift-update installs signed commits only")
+    assert report.requests == 0
+
+
+def test_a_delta_file_over_the_staging_bound_is_not_downloaded(pair: UpdatePair,
+                                                              tmp_path: Path) -> None:
+    """The signed index says how big the file is; over staging_max_bytes, not a byte of it
+    is fetched."""
+    repo = _site(pair, tmp_path)
+    index = _updates(repo) / INDEX
+    data = json.loads(index.read_text())
+    data["files"][0]["bytes"] = 2 * 1024 * 1024
+    index.write_text(json.dumps(data))
+    _sign_index(pair, index)
+    report = _refused(_booted_device(pair, tmp_path), repo, pair,
+                      f"{offline_name(pair.v1, pair.v2)} is 2097152 bytes, over "
+                      "staging_max_bytes 1048576", config={"staging_max_bytes": 1048576})
+    assert report.bytes_on_wire == report.metadata_bytes
+
+
+def test_a_device_on_the_newest_commit_fetches_nothing_more(pair: UpdatePair,
+                                                           tmp_path: Path) -> None:
+    device = _booted_device(pair, tmp_path, commit=pair.v2)
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert report.method is None and deployment.checksum == pair.v2
+    assert report.bytes_on_wire == report.metadata_bytes  # the index and its signature
+    assert [d.checksum for d in device.deployments()] == [pair.v2]
+    assert _status(device).startswith(f"idle: up to date: {pair.v2[:12]} is the newest "
+                                      f"commit of {SAMPLE_REF} (since ")
 
 
 def test_without_an_index_the_updater_pulls_the_ref(pair: UpdatePair, tmp_path: Path) -> None:
