@@ -149,7 +149,7 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         (tree / rel).chmod(0o644)
         written.append(Path(rel))
     _check_no_overlap(ctx, key, files, written)
-    resolved = resolve_payload(ctx, key, files, workdir)
+    resolved = resolve_payload(ctx, key, files, workdir, arch)
     return PackageBuild(component, arch, spec_text, tree, tuple(resolved.items()))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.steps import file_digest
-from builder.release.payload import Payload, PayloadFile
+from builder.release.payload import Payload, PayloadFile, elf_machine
 from builder.release.samples import write_payload_standin
 
 DOWNLOAD_TIMEOUT = 60     # seconds without a byte from the server before giving up
@@ -17,11 +17,30 @@ DOWNLOAD_CHUNK = 1 << 20  # streamed: a real payload is ~100 MB and never held i
 
 
 def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
-                    scratch: Path) -> dict[PayloadFile, Path]:
-    """A local, verified file for every payload file of component `key`."""
-    return {file: _resolve(ctx, file.source.field or f"components.{key}.payload", file.source,
-                           scratch / "payloads" / key / file.name)
-            for file in files}
+                    scratch: Path, arch: str) -> dict[PayloadFile, Path]:
+    """A local, verified file for every payload file of component `key`'s `arch` package."""
+    resolved = {}
+    for file in files:
+        field = file.source.field or f"components.{key}.payload"
+        path = _resolve(ctx, field, file.source, scratch / "payloads" / key / file.name)
+        _check_machine(ctx, field, file, path, arch)
+        resolved[file] = path
+    return resolved
+
+
+def _check_machine(ctx: Context, field: str, file: PayloadFile, path: Path, arch: str) -> None:
+    """An executable for another architecture would install and never start."""
+    machine = elf_machine(path)
+    if machine is None or machine == arch:
+        return
+    others = [a for a in ctx.release.architectures if a != machine]
+    hint = f"use an {arch} build of {file.install}"
+    if machine in ctx.release.architectures:
+        hint = (f"one payload serves every architecture of the release: build {arch} from "
+                f"a release.yaml of its own, or only {machine} here (--arch {machine})")
+    raise InputError(str(ctx.release_path), field,
+                     f"{file.source.location} is an {machine} executable, but it is "
+                     f"packaged for {', '.join(others)}", hint=hint)
 
 
 def _resolve(ctx: Context, field: str, payload: Payload, sample_dest: Path) -> Path:

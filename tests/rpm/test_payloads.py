@@ -13,10 +13,13 @@ from typing import ClassVar
 import pytest
 
 from builder.context import Context
+from builder.core.errors import InputError
 from builder.core.http_thread import ServedInThread
 from builder.core.progress import Progress
+from builder.release.payload import elf_machine
 from builder.release.samples import payload_standin
 from builder.rpm.payloads import resolve_payload
+from builder.rpm.sample_elf import print_and_exit
 from tests.release.test_release import write_release
 from tests.support.cli import run_cli
 
@@ -91,7 +94,7 @@ def resolved(tmp_path: Path, payload: dict[str, str]) -> tuple[Path, Path]:
                   progress=Progress(stream=io.StringIO()))
     [file] = ctx.release.payload
     scratch = tmp_path / "scratch"
-    return resolve_payload(ctx, "core", (file,), scratch)[file], scratch
+    return resolve_payload(ctx, "core", (file,), scratch, "x86_64")[file], scratch
 
 
 def test_a_local_payload_is_used_where_it_is(tmp_path: Path) -> None:
@@ -136,3 +139,59 @@ def test_an_unreachable_payload_is_one_error_naming_field_and_url(
     assert f"error: cannot download components.core.payload.files[1] from {base}/gone: " \
            f"404 Client Error" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("data", "machine"), [
+    (print_and_exit("x86_64", "x\n"), "x86_64"),
+    (print_and_exit("aarch64", "x\n"), "aarch64"),
+    (b"\x7fELF\x02\x02\x01" + bytes(11) + (22).to_bytes(2, "big"), "s390x"),  # big-endian
+    (b"\x7fELF\x02\x01\x01" + bytes(11) + (999).to_bytes(2, "little"), "ELF machine 999"),
+    (b"#!/bin/sh\nexec microshift-real \"$@\"\n", None),  # a script runs anywhere
+    (b"\x7fELF\x02\x01\x01", None),  # too short to say
+])
+def test_the_machine_of_an_executable_is_read_from_its_elf_header(
+        tmp_path: Path, data: bytes, machine: str | None) -> None:
+    (tmp_path / "payload").write_bytes(data)
+    assert elf_machine(tmp_path / "payload") == machine
+
+
+def machine_release(tmp_path: Path, architectures: list[str], arch: str) -> tuple[Path, Path]:
+    """A release whose core payload is one static `arch` executable."""
+    binary = tmp_path / f"microshift-{arch}"
+    binary.write_bytes(print_and_exit(arch, "microshift\n"))
+    binary.chmod(0o755)
+    return write_release(tmp_path, lambda d: (
+        d.update(architectures=architectures),
+        d["components"]["core"].update(payload={"path": str(binary)}))), binary
+
+
+def test_an_executable_for_another_architecture_is_refused_before_any_build(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    release, binary = machine_release(tmp_path, ["aarch64"], "x86_64")
+    build = tmp_path / "build"
+    assert run_cli("--release", release, "rpms", "--build-dir", build) == 2
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        f"error: {release}: components.core.payload: {binary} is an x86_64 executable, but it "
+        "is packaged for aarch64", "hint: use an aarch64 build of /usr/bin/microshift"]
+    assert not [p for p in built_files(build) if p.suffix == ".rpm"]
+
+
+@pytest.mark.parametrize("arch", [None, "x86_64"])
+def test_one_executable_for_two_architectures_is_refused_unless_one_is_built(
+        tmp_path: Path, arch: str | None) -> None:
+    release, binary = machine_release(tmp_path, ["x86_64", "aarch64"], "x86_64")
+    ctx = Context(build_dir=tmp_path / "build", release_path=release,
+                  progress=Progress(stream=io.StringIO()), arch=arch)
+    [file] = ctx.release.payload
+    for build_arch in ctx.release.architectures:
+        if arch is None and build_arch == "aarch64":
+            with pytest.raises(InputError) as caught:
+                resolve_payload(ctx, "core", (file,), tmp_path / "scratch", build_arch)
+            assert str(caught.value) == (
+                f"{release}: components.core.payload: {binary} is an x86_64 executable, but "
+                "it is packaged for aarch64 (hint: one payload serves every architecture of "
+                "the release: build aarch64 from a release.yaml of its own, or only x86_64 "
+                "here (--arch x86_64))")
+        else:
+            assert resolve_payload(ctx, "core", (file,), tmp_path / "scratch",
+                                   build_arch)[file] == binary
