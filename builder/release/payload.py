@@ -26,12 +26,7 @@ from builder.core.steps import file_digest
 from builder.release import document
 from builder.release.document import BINARY, SAMPLE_PAYLOADS
 
-__all__ = ["BINARY", "SAMPLE_PAYLOADS", "Payload", "PayloadFile", "elf_machine",
-           "payload_files"]
-
-# e_machine values (elf.h) of the architectures a payload could be built for by mistake.
-ELF_MACHINES = {3: "i386", 20: "ppc", 21: "ppc64le", 22: "s390x", 40: "arm", 62: "x86_64",
-                183: "aarch64", 243: "riscv64"}
+__all__ = ["BINARY", "SAMPLE_PAYLOADS", "Payload", "PayloadFile", "payload_files"]
 
 @dataclass(frozen=True)
 class Payload:
@@ -94,13 +89,3 @@ def _source(doc: document.Payload | document.PayloadSource, root: Path, file: st
                          f"release.yaml says {doc.sha256}")
     return Payload("path", str(location), doc.sha256, prefix)
 
-
-def elf_machine(path: Path) -> str | None:
-    """The architecture an ELF file runs on, or None for a file that is not ELF (a script
-    or data runs anywhere)."""
-    with path.open("rb") as handle:
-        header = handle.read(20)
-    if len(header) < 20 or header[:4] != b"\x7fELF":
-        return None
-    machine = int.from_bytes(header[18:20], "big" if header[5] == 2 else "little")
-    return ELF_MACHINES.get(machine, f"ELF machine {machine}")

@@ -9,11 +9,14 @@ from pathlib import Path
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.steps import file_digest
-from builder.release.payload import Payload, PayloadFile, elf_machine
+from builder.release.payload import Payload, PayloadFile
 from builder.release.samples import write_payload_standin
 
 DOWNLOAD_TIMEOUT = 60     # seconds without a byte from the server before giving up
 DOWNLOAD_CHUNK = 1 << 20  # streamed: a real payload is ~100 MB and never held in memory
+# e_machine values (elf.h) of the architectures a payload could be built for by mistake.
+ELF_MACHINES = {3: "i386", 20: "ppc", 21: "ppc64le", 22: "s390x", 40: "arm", 62: "x86_64",
+                183: "aarch64", 243: "riscv64"}
 
 
 def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
@@ -80,3 +83,14 @@ def _download(ctx: Context, url: str, sha256: str, dest: Path, field: str) -> No
         raise BuildError(f"cannot download {field} from {url}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def elf_machine(path: Path) -> str | None:
+    """The architecture an ELF file runs on, or None for a file that is not ELF (a script
+    or data runs anywhere)."""
+    with path.open("rb") as handle:
+        header = handle.read(20)
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        return None
+    machine = int.from_bytes(header[18:20], "big" if header[5] == 2 else "little")
+    return ELF_MACHINES.get(machine, f"ELF machine {machine}")

@@ -16,9 +16,8 @@ from builder.context import Context
 from builder.core.errors import InputError
 from builder.core.http_thread import ServedInThread
 from builder.core.progress import Progress
-from builder.release.payload import elf_machine
 from builder.release.samples import payload_standin
-from builder.rpm.payloads import resolve_payload
+from builder.rpm.payloads import elf_machine, resolve_payload
 from builder.rpm.sample_elf import print_and_exit
 from tests.release.test_release import write_release
 from tests.support.cli import run_cli
