@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -38,6 +39,7 @@ from builder.rpm.signing import sign_repo, sign_rpms
 
 RPMLINTRC = SPECS_DIR / "rpmlintrc"
 RPMLINTRC_SAMPLE = SPECS_DIR / "rpmlintrc.sample"
+NOARCH = re.compile(r"^BuildArch:\s*noarch\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,7 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
     with tempfile.TemporaryDirectory(prefix=".render-", dir=_ensure(ctx.build_dir)) as scratch, \
             ctx.progress.step(f"rpms: {release.evr} for {', '.join(release.architectures)}"):
         # Render everything first: a template or payload error stops before any rpmbuild.
-        packages = [_prepare(ctx, comp.key, arch, Path(scratch) / f"{comp.key}.{arch}")
-                    for comp in release.components for arch in release.architectures]
+        packages = _prepare_all(ctx, Path(scratch))
         unbuilt = [pkg for pkg in packages
                    if not is_built(pkg.step(release.source_date_epoch), ctx.build_dir)]
         ensure_space(ctx.build_dir, rpm_space(unbuilt), "the RPM build")
@@ -127,6 +128,16 @@ def _signed(ctx: Context, rpms: list[Path], key: SigningKey) -> list[Path]:
     return sorted(out.glob("*.rpm"))
 
 
+def _prepare_all(ctx: Context, scratch: Path) -> list[PackageBuild]:
+    """A build per component and architecture; a noarch package is built once, for all."""
+    builds: dict[tuple[str, str], PackageBuild] = {}
+    for comp in ctx.release.components:
+        for arch in ctx.release.architectures:
+            pkg = _prepare(ctx, comp.key, arch, scratch / f"{comp.key}.{arch}")
+            builds.setdefault((comp.key, pkg.arch), pkg)
+    return list(builds.values())
+
+
 def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
     release = ctx.release
     component = BY_KEY[key]
@@ -150,7 +161,10 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         written.append(Path(rel))
     _check_no_overlap(ctx, key, files, written)
     resolved = resolve_payload(ctx, key, files, workdir, arch)
-    return PackageBuild(component, arch, spec_text, tree, tuple(resolved.items()))
+    # Built for "noarch" whatever the release's architectures, so it is one and the same
+    # package (and build step) in every architecture's repository.
+    target = "noarch" if NOARCH.search(spec_text) else arch
+    return PackageBuild(component, target, spec_text, tree, tuple(resolved.items()))
 
 
 def _check_no_overlap(ctx: Context, key: str, files: tuple[PayloadFile, ...],
