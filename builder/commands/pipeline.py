@@ -64,6 +64,12 @@ def _blueprint(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]
 def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.compose.commit import ComposeOptions, compose_image
 
+    first, *rest = ctx.release.architectures
+    if rest:
+        # Composing a foreign architecture's tree is not built yet; say so, not nothing.
+        ctx.progress.warn(f"composing {first} only: {', '.join(rest)} RPMs and lock files "
+                          f"are built, their commits are not (run with --arch {first} to "
+                          "build one architecture)")
     result = compose_image(ctx, args.image, ComposeOptions(key=signing_key(ctx, args)))
     ctx.progress.info(f"commit {result.commit} on {result.ref}")
     return [("ostree repository (archive)", ctx.path("ostree", "repo"))]

@@ -52,7 +52,8 @@ GLIBC_VERSIONS = ("2.2.5", "2.2.6", "2.3", "2.3.2", "2.3.3", "2.3.4", "2.4", "2.
                   "2.17", "2.18", "2.22", "2.23", "2.24", "2.25", "2.26", "2.27", "2.28",
                   "2.29", "2.30", "2.32", "2.33", "2.34")
 GLIBC_LIBS = ("libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0", "librt.so.1",
-              "libresolv.so.2", "libutil.so.1", "libanl.so.1", "ld-linux-x86-64.so.2")
+              "libresolv.so.2", "libutil.so.1", "libanl.so.1")
+LOADERS = {"x86_64": "ld-linux-x86-64.so.2", "aarch64": "ld-linux-aarch64.so.1"}
 GCC_VERSIONS = ("3.0", "3.3", "3.3.1", "3.4", "3.4.2", "4.0.0", "4.2.0", "4.3.0", "4.4.0",
                 "4.7.0", "4.8.0", "7.0.0")
 GLIBCXX_VERSIONS = ("3.4", *(f"3.4.{n}" for n in range(1, 30)))
@@ -86,7 +87,8 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
     kver = f"{KERNEL_VERSION}.{arch}"
     return (
         StandIn("glibc", provides=("rtld(GNU_HASH)",
-                                   *_soname_provides(GLIBC_LIBS, "GLIBC", GLIBC_VERSIONS)),
+                                   *_soname_provides((*GLIBC_LIBS, LOADERS[arch]), "GLIBC",
+                                                     GLIBC_VERSIONS)),
                 files={"/usr/share/doc/glibc-sample/README": _text("glibc")}),
         StandIn("libgcc", provides=_soname_provides(("libgcc_s.so.1",), "GCC", GCC_VERSIONS),
                 files={"/usr/share/doc/libgcc-sample/README": _text("libgcc")}),
@@ -169,37 +171,45 @@ def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
 
 
 def build_sample_base(ctx: Context) -> Path:
-    """Build every stand-in (cached by content) and publish DIR/sample-base/{rpms,repo}."""
+    """Build every stand-in for each architecture of the release (cached by content) and
+    publish DIR/sample-base/{rpms,repo}: one repository, as the project's own."""
     release = ctx.release
-    arch = release.architectures[0]
     epoch = release.source_date_epoch
     base = ctx.path("sample-base")
     outputs: list[Path] = []
-    unbuilt = [s for s in stand_ins(arch) if not is_built(_step(s, arch, epoch), ctx.build_dir)]
+    builds = [(s, arch) for arch in release.architectures for s in stand_ins(arch)]
+    unbuilt = [s for s, arch in builds if not is_built(_step(s, arch, epoch), ctx.build_dir)]
     # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
     ensure_space(ctx.build_dir, (len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0)
-                 + _policy_space(ctx), "the SAMPLE base repository")
-    with ctx.progress.step("sample-base: stand-in RPMs (SAMPLE)"):
-        for stand_in in stand_ins(arch):
-            step = _step(stand_in, arch, epoch)
-
-            def produce(out: Path, stand_in: StandIn = stand_in) -> None:
-                topdir = out / "topdir"
-                spec = write_spec(stand_in, arch, topdir)
-                for rpm in build_spec(ctx.runner, spec, topdir, arch, epoch):
-                    rpm.rename(out / rpm.name)
-                _remove_tree(topdir)
-
-            out, _ = materialize(step, ctx.build_dir, produce, ctx.progress)
-            outputs.extend(sorted(out.glob("*.rpm")))
-        outputs.extend(_policy_stand_ins(ctx, arch))
+                 + _policy_space(ctx) * len(release.architectures),
+                 "the SAMPLE base repository")
+    with ctx.progress.step(f"sample-base: stand-in RPMs (SAMPLE) for "
+                           f"{', '.join(release.architectures)}"):
+        for stand_in, arch in builds:
+            outputs.extend(_build_stand_in(ctx, stand_in, arch))
+        for arch in release.architectures:
+            outputs.extend(_policy_stand_ins(ctx, arch))
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
 
 
+def _build_stand_in(ctx: Context, stand_in: StandIn, arch: str) -> list[Path]:
+    epoch = ctx.release.source_date_epoch
+
+    def produce(out: Path) -> None:
+        topdir = out / "topdir"
+        spec = write_spec(stand_in, arch, topdir)
+        for rpm in build_spec(ctx.runner, spec, topdir, arch, epoch):
+            rpm.rename(out / rpm.name)
+        _remove_tree(topdir)
+
+    out, _ = materialize(_step(stand_in, arch, epoch), ctx.build_dir, produce, ctx.progress)
+    return sorted(out.glob("*.rpm"))
+
+
 def _step(stand_in: StandIn, arch: str, epoch: int) -> Step:
-    return Step(f"sample-rpm:{stand_in.name}", {
+    return Step(f"sample-rpm:{stand_in.name}.{arch}", {
         "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
                      "requires": stand_in.requires, "files": stand_in.files,
                      "dirs": stand_in.dirs},

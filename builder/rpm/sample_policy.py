@@ -204,7 +204,7 @@ def _policy_files(policy: Path) -> dict[str, str | bytes]:
 
 def _build(ctx: Context, stand_in: StandIn, arch: str) -> list[Path]:
     epoch = ctx.release.source_date_epoch
-    step = Step(f"sample-rpm:{stand_in.name}", {
+    step = Step(f"sample-rpm:{stand_in.name}.{arch}", {
         "stand_in": {"name": stand_in.name, "provides": stand_in.provides,
                      "requires": stand_in.requires, "dirs": stand_in.dirs,
                      "executables": stand_in.executables,

@@ -1,9 +1,11 @@
 """RPMs for a release of two architectures: arch-specific packages once per architecture,
-noarch packages once for both, in one repository libsolv reads per architecture
-(README "Outputs"; issue 13's first step)."""
+noarch packages once for both, in one repository libsolv reads per architecture; the SAMPLE
+base for both, so each architecture's blueprint depsolves (README "Outputs"; the first
+steps of issue 13: composing for the second architecture is not done yet)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -22,7 +24,8 @@ def two_arch_build(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data["architectures"] = ["x86_64", "aarch64"]
     release = root / "release.yaml"
     release.write_text(yaml.safe_dump(data, sort_keys=False))
-    assert run_cli("--release", release, "rpms", "--build-dir", root / "build") == 0
+    assert run_cli("--release", release, "build-image", "--build-dir", root / "build",
+                   "--image", "microshift-full", "--until", "blueprint") == 0
     return root / "build"
 
 
@@ -58,3 +61,23 @@ def test_libsolv_offers_each_architecture_its_own_core(two_arch_build: Path, arc
     assert ("microshift-core", arch) in offered
     assert {a for _, a in offered} == {arch, "noarch"}
     assert len(offered) == len(list(repo.solvables)) - 1  # all but the other core
+
+
+def test_the_sample_base_has_each_architectures_kernel_and_loader(two_arch_build: Path) -> None:
+    rpms = sorted(map(str, (two_arch_build / "sample-base" / "rpms").glob("*.rpm")))
+    files = subprocess.run(["rpm", "-qpl", *rpms], capture_output=True, text=True,
+                           check=True).stdout.split()
+    provides = subprocess.run(["rpm", "-qp", "--provides", *rpms], capture_output=True,
+                              text=True, check=True).stdout
+    for arch, loader in (("x86_64", "ld-linux-x86-64.so.2"), ("aarch64", "ld-linux-aarch64.so.1")):
+        assert f"/usr/lib/modules/5.14.0-284.sample.el9.{arch}/vmlinuz" in files
+        assert f"{loader}()(64bit)" in provides
+
+
+@pytest.mark.parametrize(("lock", "arch"), [("microshift-full.lock.json", "x86_64"),
+                                            ("microshift-full.aarch64.lock.json", "aarch64")])
+def test_each_architecture_depsolves_to_its_own_packages(two_arch_build: Path, lock: str,
+                                                         arch: str) -> None:
+    packages = json.loads((two_arch_build / "blueprints" / lock).read_text())["packages"]
+    assert {p["arch"] for p in packages} == {arch, "noarch"}
+    assert f"microshift-core-4.14.2-1.{arch}" in {p["nevra"] for p in packages}
