@@ -32,5 +32,22 @@ class Context:
                              f"(architectures: {', '.join(release.architectures)})")
         return replace(release, architectures=(self.arch,))
 
+    def for_arch(self, arch: str) -> Context:
+        """This run narrowed to one of its architectures, for the stages that build one
+        architecture at a time (compose, SBOM, deltas, installer); same progress and runner."""
+        if arch not in self.release.architectures:
+            raise InputError("command line", "--arch",
+                             f"{arch!r} is not an architecture of this run "
+                             f"({', '.join(self.release.architectures)})")
+        narrowed = Context(self.build_dir, self.release_path, self.progress, self.runner, arch)
+        narrowed.__dict__["release"] = replace(self.release, architectures=(arch,))
+        return narrowed
+
+    @property
+    def target_arch(self) -> str:
+        """The architecture a per-architecture stage builds: the run's first (its only one
+        once narrowed with `for_arch` or `--arch`)."""
+        return self.release.architectures[0]
+
     def path(self, *parts: str) -> Path:
         return self.build_dir.joinpath(*parts)

@@ -2,9 +2,9 @@
 
 Outputs, beside each other in DIR/blueprints/:
 - NAME.toml: the blueprint, as Image Builder (or the local compose) takes it;
-- NAME.lock.json: the depsolved transaction for the release's first architecture: every
-  package's exact NEVRA, repository, location href and checksum, sorted, as stable JSON;
-  NAME.ARCH.lock.json for each further architecture.
+- NAME.ARCH.lock.json, one per architecture of the release: the depsolved transaction,
+  every package's exact NEVRA, repository, location href and checksum, sorted, as stable
+  JSON. The blueprint itself names no architecture, as Image Builder's do.
 Nothing is written unless all steps pass, and a failure removes the image's previous outputs,
 so a compose can never pick up a blueprint that no longer matches release.yaml.
 """
@@ -31,13 +31,12 @@ from builder.core.errors import BuildError
 @dataclass(frozen=True)
 class BlueprintOutput:
     toml: Path
-    locks: tuple[Path, ...]  # the first architecture's lock first
+    locks: tuple[Path, ...]  # one per architecture, in release.yaml's order
     packages: int            # packages in the first architecture's transaction
 
 
 def lock_paths(out_dir: Path, name: str, arches: tuple[str, ...]) -> tuple[Path, ...]:
-    return tuple(out_dir / (f"{name}.lock.json" if index == 0 else f"{name}.{arch}.lock.json")
-                 for index, arch in enumerate(arches))
+    return tuple(out_dir / f"{name}.{arch}.lock.json" for arch in arches)
 
 
 def build_blueprint(ctx: Context, name: str,
@@ -79,11 +78,11 @@ def build_blueprint(ctx: Context, name: str,
 def _depsolve_all(ctx: Context, profile: Profile, data: Mapping[str, Any], text: str,
                   shown: str) -> list[dict[str, Any]]:
     release = ctx.release
-    sources = repo_sources(ctx.build_dir, release)
     wanted = [(p["name"], p.get("version", "")) for p in data.get("packages", [])]
     documents = []
     with ctx.progress.step(f"depsolve: {len(wanted)} packages with libsolv"):
         for arch in release.architectures:
+            sources = repo_sources(ctx.build_dir, release, arch)
             try:
                 locked = depsolve(wanted, sources, arch, ctx.path(".cache", "repos"),
                                   runner=ctx.runner)

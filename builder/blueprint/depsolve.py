@@ -1,7 +1,8 @@
 """Depsolve a blueprint's packages with libsolv before any compose starts.
 
-The pool holds the project's repository (DIR/repo) and the base OS repositories named in
-release.yaml (`sample` -> DIR/sample-base/repo, `path`, or `url`, whose repomd.xml, primary
+The pool holds the project's repository for the architecture (DIR/repo/ARCH) and the base OS
+repositories named in release.yaml (`sample` -> DIR/sample-base/repo/ARCH, `path`, or `url`,
+with `{arch}` or `$basearch` replaced by the architecture, whose repomd.xml, primary
 and filelists are downloaded into DIR/.cache/repos/). Metadata is verified against the
 checksums in repomd.xml before libsolv reads it. Problems come back in libsolv's own words
 (`Problem.findallproblemrules()` -> `RuleInfo.problemstr()`), naming the packages.
@@ -60,18 +61,19 @@ class LockedPackage:
         return {"nevra": self.nevra, **asdict(self), **extra}
 
 
-def repo_sources(build_dir: Path, release: Release) -> list[RepoSource]:
-    """The project's repository, then release.yaml's base repositories, in that order."""
-    sources = [RepoSource(PROJECT_REPO, "project", str(build_dir / "repo"))]
+def repo_sources(build_dir: Path, release: Release, arch: str) -> list[RepoSource]:
+    """The project's repository for `arch`, then release.yaml's base repositories (for
+    `arch`), in that order."""
+    sources = [RepoSource(PROJECT_REPO, "project", str(build_dir / "repo" / arch))]
     for index, repo in enumerate(release.base_repos):
         if repo.name == PROJECT_REPO:
             raise InputError(str(release.path), f"base.repos[{index}].name",
                              f"{repo.name!r} is reserved for the project's own repository")
         if repo.kind == "sample":
             sources.append(RepoSource(repo.name, "sample",
-                                      str(build_dir / "sample-base" / "repo")))
+                                      str(build_dir / "sample-base" / "repo" / arch)))
         else:
-            sources.append(RepoSource(repo.name, repo.kind, repo.location))
+            sources.append(RepoSource(repo.name, repo.kind, repo.location_for(arch)))
     return sources
 
 

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_signing_options, signing_key
+from builder.commands.options import (
+    add_build_dir,
+    add_signing_options,
+    per_arch,
+    ref_for_arch,
+    signing_key,
+)
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 
@@ -63,13 +70,17 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
     from builder.compose.inputs import load_compose_inputs
 
     # Inputs first: a missing blueprint must not leave a fresh signing key behind.
-    load_compose_inputs(ctx.build_dir, args.image, ctx.release.evr)
+    arch_ctxs = per_arch(ctx)
+    refs = [ref_for_arch(arch_ctx, args.ref) for arch_ctx in arch_ctxs]
+    for arch_ctx in arch_ctxs:
+        load_compose_inputs(ctx.build_dir, args.image, arch_ctx.target_arch, ctx.release.evr)
     kill_stage = os.environ.get(KILL_ENV)
     options = ComposeOptions(
-        ref=args.ref, key=signing_key(ctx, args),
+        key=signing_key(ctx, args),
         auth_file=args.authfile.resolve() if args.authfile else None,
         checkpoint=kill_at(kill_stage) if kill_stage else no_checkpoint)
-    compose_image(ctx, args.image, options)
+    for arch_ctx, ref in zip(arch_ctxs, refs, strict=True):
+        compose_image(arch_ctx, args.image, replace(options, ref=ref))
     return 0
 
 
@@ -89,11 +100,12 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
         limit = parse_size(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise InputError("command line", "--memory-limit", str(exc)) from None
-    options = DeltaOptions(ref=args.ref, image=args.image or "microshift-full",
+    options = DeltaOptions(image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs)
-    report = generate_deltas(ctx, options)
-    print(report.text())
+    for arch_ctx in per_arch(ctx):
+        report = generate_deltas(arch_ctx, replace(options, ref=ref_for_arch(arch_ctx, args.ref)))
+        print(report.text())
     return 0
 
 

@@ -158,6 +158,7 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
     from builder.compose.commit import image_ref
     from builder.composer.remote import ComposeJob, check_job, run_compose
 
+    _one_architecture(ctx)
     ref = args.ref
     if ref is None:
         try:
@@ -223,10 +224,21 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def _one_architecture(ctx: Context) -> None:
+    """An Image Builder service composes for the machine it runs on: one architecture."""
+    if len(ctx.release.architectures) > 1:
+        raise InputError("command line", "--arch",
+                         "an Image Builder service composes for its own architecture; the "
+                         f"release builds {', '.join(ctx.release.architectures)}",
+                         hint="run once per architecture with --arch ARCH, against a "
+                              "service on a machine of that architecture")
+
+
 def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
     from builder.composer.request import kind_of
     from builder.composer.results import Target, fetch_result
 
+    _one_architecture(ctx)
     uuid = _uuid(args.uuid)
     client = _client(args)
     try:

@@ -1,4 +1,5 @@
-"""`installer`: the installer ISO of an image (DIR/installer/NAME.iso).
+"""`installer`: the installer ISO of an image (DIR/installer/NAME.iso; NAME-ARCH.iso, one per
+architecture, for a release of several).
 
     python -m builder installer --image NAME [--boot-iso rhel-9-boot.iso] [--url URL] ...
 
@@ -11,11 +12,19 @@ booted with inst.ks=hd:LABEL=<volume id>:/ks.cfg.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_media_options, media_options
+from builder.commands.options import (
+    add_build_dir,
+    add_media_options,
+    media_options,
+    per_arch,
+    ref_for_arch,
+)
 from builder.context import Context
+from builder.core.errors import InputError
 
 
 def register(sub: Any) -> None:
@@ -34,5 +43,12 @@ def register(sub: Any) -> None:
 def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
     from builder.installer.media import build_installer
 
-    build_installer(ctx, media_options(args))
+    if args.boot_iso is not None and len(ctx.release.architectures) > 1:
+        raise InputError("command line", "--boot-iso",
+                         "a boot ISO boots one architecture; the release builds "
+                         f"{', '.join(ctx.release.architectures)}",
+                         hint="add --arch ARCH, with that architecture's boot ISO")
+    for arch_ctx in per_arch(ctx):
+        build_installer(arch_ctx, replace(media_options(args),
+                                          ref=ref_for_arch(arch_ctx, args.ref)))
     return 0

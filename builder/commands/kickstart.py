@@ -10,9 +10,16 @@ firewall sources) come from its rendered blueprint, DIR/blueprints/NAME.toml.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_media_options, media_options
+from builder.commands.options import (
+    add_build_dir,
+    add_media_options,
+    media_options,
+    per_arch,
+    ref_for_arch,
+)
 from builder.context import Context
 
 
@@ -33,5 +40,8 @@ def register(sub: Any) -> None:
 def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
     from builder.installer.media import write_kickstart_file
 
-    write_kickstart_file(ctx, media_options(args), "embedded" if args.embedded else "network")
+    variant = "embedded" if args.embedded else "network"
+    for arch_ctx in per_arch(ctx):
+        write_kickstart_file(arch_ctx, replace(media_options(args),
+                                               ref=ref_for_arch(arch_ctx, args.ref)), variant)
     return 0

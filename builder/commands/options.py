@@ -7,12 +7,32 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from builder.context import Context
+from builder.core.errors import InputError
 
 if TYPE_CHECKING:  # stage modules are imported when a command runs, keeping --help fast
     from builder.core.signing import SigningKey
     from builder.installer.media import MediaOptions
 
 DEFAULT_REF = "rhel/9/{arch}/edge"
+
+
+def per_arch(ctx: Context) -> list[Context]:
+    """The run once per architecture (release.yaml's, or the one `--arch` names), for the
+    stages that build one architecture at a time: compose, SBOM, deltas, installer."""
+    return [ctx.for_arch(arch) for arch in ctx.release.architectures]
+
+
+def ref_for_arch(ctx: Context, ref: str | None, option: str = "--ref") -> str | None:
+    """An explicit ref for the run's one architecture: `{arch}` is replaced; a ref without
+    it cannot hold the commits of several architectures."""
+    if ref is None:
+        return None
+    if "{arch}" not in ref and ctx.release.architectures != (ctx.target_arch,):
+        raise InputError("command line", option,
+                         f"{ref!r} would hold the commits of "
+                         f"{', '.join(ctx.release.architectures)}",
+                         hint="put {arch} in the ref, or build one architecture with --arch")
+    return ref.replace("{arch}", ctx.target_arch)
 
 
 def add_build_dir(parser: argparse.ArgumentParser) -> None:

@@ -7,11 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_signing_options, signing_key
+from builder.commands.options import add_build_dir, add_signing_options, per_arch, signing_key
 from builder.context import Context
 from builder.core.progress import human_bytes
 
 STAGES = ("rpms", "blueprint", "compose", "sbom", "deltas", "installer")
+# Built once per architecture of the run, each architecture after the other.
+PER_ARCH = ("compose", "sbom", "deltas", "installer")
 
 
 def register(sub: Any) -> None:
@@ -35,9 +37,11 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
     # throwaway key: their signatures are detached, so sample builds stay byte-identical.
     args.user_key = signing_key(ctx, args) if args.gpg_key or args.gpg_homedir else None
     artifacts: list[tuple[str, Path]] = []
-    with ctx.progress.step(f"build-image {release.evr} ({args.image})"):
+    with ctx.progress.step(f"build-image {release.evr} ({args.image}, "
+                           f"{', '.join(release.architectures)})"):
         for stage in STAGES[:STAGES.index(args.until) + 1]:
-            artifacts += RUNNERS[stage](ctx, args)
+            for stage_ctx in per_arch(ctx) if stage in PER_ARCH else [ctx]:
+                artifacts += RUNNERS[stage](stage_ctx, args)
     _report(ctx, artifacts, time.monotonic() - started)
     return 0
 
@@ -51,7 +55,9 @@ def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
         build_sample_base(ctx)
         found.append(("sample base repository (SAMPLE)", ctx.path("sample-base", "repo")))
     build_release_rpms(ctx, key=args.user_key)
-    return [*found, ("RPMs", ctx.path("rpms")), ("yum repository", ctx.path("repo"))]
+    return [*found, ("RPMs", ctx.path("rpms")),
+            *((f"yum repository, {arch}", ctx.path("repo", arch))
+              for arch in ctx.release.architectures)]
 
 
 def _blueprint(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
@@ -64,21 +70,15 @@ def _blueprint(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]
 def _compose(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.compose.commit import ComposeOptions, compose_image
 
-    first, *rest = ctx.release.architectures
-    if rest:
-        # Composing a foreign architecture's tree is not built yet; say so, not nothing.
-        ctx.progress.warn(f"composing {first} only: {', '.join(rest)} RPMs and lock files "
-                          f"are built, their commits are not (run with --arch {first} to "
-                          "build one architecture)")
     result = compose_image(ctx, args.image, ComposeOptions(key=signing_key(ctx, args)))
     ctx.progress.info(f"commit {result.commit} on {result.ref}")
-    return [("ostree repository (archive)", ctx.path("ostree", "repo"))]
+    return [(f"ostree repository, {ctx.target_arch}", ctx.path("ostree", "repo"))]
 
 
 def _sbom(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.publish.sbom import write_sbom
 
-    return [("SBOM (SPDX 2.3)", write_sbom(ctx, args.image))]
+    return [(f"SBOM (SPDX 2.3), {ctx.target_arch}", write_sbom(ctx, args.image))]
 
 
 def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
@@ -91,7 +91,7 @@ def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.core.signing import export_public_key
-    from builder.installer.media import MediaOptions, build_installer
+    from builder.installer.media import MediaOptions, build_installer, installer_path
 
     public_key = None
     if args.user_key is not None:
@@ -100,8 +100,7 @@ def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]
         public.parent.mkdir(parents=True, exist_ok=True)
         public_key = export_public_key(ctx.runner, args.user_key, public)
     build_installer(ctx, MediaOptions(image=args.image, gpg_key=public_key))
-    return [("installer ISO (data ISO, kickstart inside)",
-             ctx.path("installer", f"{args.image}.iso"))]
+    return [(f"installer ISO (data ISO), {ctx.target_arch}", installer_path(ctx, args.image))]
 
 
 RUNNERS = {"rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "sbom": _sbom,

@@ -8,14 +8,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_signing_options, signing_key
+from builder.commands.options import (
+    add_build_dir,
+    add_signing_options,
+    per_arch,
+    ref_for_arch,
+    signing_key,
+)
 from builder.context import Context
 from builder.core.errors import InputError
 
 
 def register(sub: Any) -> None:
     sbom = sub.add_parser("sbom", help="write the SPDX SBOM of an image's commit "
-                                       "(DIR/sbom/NAME.spdx.json)")
+                                       "(DIR/sbom/NAME.spdx.json; NAME-ARCH.spdx.json "
+                                       "for a release of several architectures)")
     add_build_dir(sbom)
     sbom.add_argument("--image", default="microshift-full",
                       help="image profile (default microshift-full)")
@@ -66,7 +73,8 @@ def register(sub: Any) -> None:
 def cmd_sbom(ctx: Context, args: argparse.Namespace) -> int:
     from builder.publish.sbom import write_sbom
 
-    print(write_sbom(ctx, args.image, args.ref))
+    for arch_ctx in per_arch(ctx):
+        print(write_sbom(arch_ctx, args.image, ref_for_arch(arch_ctx, args.ref)))
     return 0
 
 
@@ -103,8 +111,9 @@ def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
     from builder.compose.commit import image_ref
     from builder.publish.history import pull_published
 
-    ref = args.ref or image_ref(ctx, args.image)
     depth = args.depth if args.depth is not None else ctx.release.ostree.deltas_from + 1
     key = signing_key(ctx, args) if args.gpg_homedir or args.gpg_key else None
-    pull_published(ctx, args.url, ref, depth, key)
+    for arch_ctx in per_arch(ctx):
+        ref = ref_for_arch(arch_ctx, args.ref) or image_ref(arch_ctx, args.image)
+        pull_published(arch_ctx, args.url, ref, depth, key)
     return 0

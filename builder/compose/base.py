@@ -16,7 +16,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.compose.rootfs import (
@@ -32,6 +32,7 @@ from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.steps import canonical_json, file_digest
 from builder.release.ostree_config import OstreeBase
+from builder.rpm.repos import rpms_for
 
 SAMPLE_DBPATH = "/usr/lib/sysimage/rpm"
 # Bump when the sample layout below changes: it is part of the base's identity.
@@ -72,6 +73,8 @@ def ensure_base(ctx: Context, build_repo: Repo, workdir: Path) -> BaseCommit:
 
 
 def _pull_base(ctx: Context, build_repo: Repo, base: OstreeBase) -> BaseCommit:
+    # One base per architecture: `ref: rhel/9/{arch}/edge` names each one's.
+    base = replace(base, ref=base.ref.replace("{arch}", ctx.target_arch))
     with ctx.progress.step(f"base commit: {base.ref} from {base.location}"):
         if base.kind == "path":
             source = Repo(Path(base.location), ctx.runner)
@@ -96,9 +99,10 @@ def _pull_base(ctx: Context, build_repo: Repo, base: OstreeBase) -> BaseCommit:
 
 
 def _sample_inputs(ctx: Context) -> tuple[list[Path], str]:
-    rpms = sorted(ctx.path("sample-base", "rpms").glob("*.rpm"))
-    if not rpms:
-        raise BuildError(f"no SAMPLE base RPMs in {ctx.path('sample-base', 'rpms')}",
+    arch = ctx.target_arch
+    rpms = rpms_for(sorted(ctx.path("sample-base", "rpms").glob("*.rpm")), arch)
+    if not any(rpm.name.endswith(f".{arch}.rpm") for rpm in rpms):
+        raise BuildError(f"no {arch} SAMPLE base RPMs in {ctx.path('sample-base', 'rpms')}",
                          hint=f"run `python -m builder sample-base --build-dir {ctx.build_dir}`")
     identity = hashlib.sha256(canonical_json({
         "rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
@@ -108,7 +112,7 @@ def _sample_inputs(ctx: Context) -> tuple[list[Path], str]:
 
 
 def _sample_base(ctx: Context, build_repo: Repo, workdir: Path) -> BaseCommit:
-    arch = ctx.release.architectures[0]
+    arch = ctx.target_arch
     ref = f"base/sample/{arch}"
     rpms, identity = _sample_inputs(ctx)
     existing = build_repo.rev_parse(ref)

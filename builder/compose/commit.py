@@ -94,11 +94,11 @@ def image_ref(ctx: Context, image: str) -> str:
     recorded in the rendered lock, else from blueprints/profiles.yaml), else the default."""
     from builder.blueprint.render import load_profile
 
-    arch = ctx.release.architectures[0]
+    arch = ctx.target_arch
     profile_ref = None
     rendered = False
     with suppress(InputError):
-        profile_ref = load_compose_inputs(ctx.build_dir, image).ref
+        profile_ref = load_compose_inputs(ctx.build_dir, image, arch).ref
         rendered = True
     if profile_ref is None:
         try:
@@ -159,8 +159,8 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
                          hint="run it with sudo or in a root container")
     started = time.monotonic()
     release = ctx.release
-    inputs = load_compose_inputs(ctx.build_dir, image, release.evr)
-    ref = options.ref or release.ostree.ref_for(release.architectures[0], image, inputs.ref)
+    inputs = load_compose_inputs(ctx.build_dir, image, ctx.target_arch, release.evr)
+    ref = options.ref or release.ostree.ref_for(ctx.target_arch, image, inputs.ref)
     verify_packages(inputs.packages, inputs.lock_path)
     ensure_space(ctx.build_dir, compose_space(inputs), f"the compose of {image}")
     archive, build_repo = ostree_dirs(ctx)
@@ -230,7 +230,7 @@ def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> Labelling:
     preset = apply_presets(tree, units_in(files) + preset_units(tree, files))
     ctx.progress.info(f"presets enabled: {', '.join(preset) or 'none'}")
     images = embed_images(ctx.runner, tree, inputs.containers, release.images(),
-                          arch=release.architectures[0], epoch=release.source_date_epoch,
+                          arch=ctx.target_arch, epoch=release.source_date_epoch,
                           workdir=job.work, auth_file=job.options.auth_file)
     ctx.progress.info(f"embedded {len(images)} container images in /usr/share/containers/storage")
     applied = apply_customizations(tree, inputs.customizations, lenient_units=base.is_sample)

@@ -1,4 +1,5 @@
-"""What a compose reads: the rendered blueprint (NAME.toml) and its depsolved lock (NAME.lock.json).
+"""What a compose reads: the rendered blueprint (NAME.toml) and its depsolved lock for the
+architecture being composed (NAME.ARCH.lock.json).
 
 Both are written by `python -m builder blueprint` into DIR/blueprints/. The blueprint follows
 osbuild/blueprint (pkg/blueprint): [[packages]], [[containers]] {source, name, tls-verify},
@@ -87,16 +88,16 @@ class ComposeInputs:
     ref: str | None = None  # the profile's ref template, when the lock carries one
 
 
-def blueprint_paths(build_dir: Path, image: str) -> tuple[Path, Path]:
+def blueprint_paths(build_dir: Path, image: str, arch: str) -> tuple[Path, Path]:
     directory = build_dir / "blueprints"
-    return directory / f"{image}.toml", directory / f"{image}.lock.json"
+    return directory / f"{image}.toml", directory / f"{image}.{arch}.lock.json"
 
 
-def load_compose_inputs(build_dir: Path, image: str,
+def load_compose_inputs(build_dir: Path, image: str, arch: str,
                         release_evr: str | None = None) -> ComposeInputs:
-    """Read DIR/blueprints/IMAGE.{toml,lock.json}; with `release_evr`, refuse a lock rendered
-    for another release (its RPMs would be composed under the wrong version)."""
-    toml_path, lock_path = blueprint_paths(build_dir, image)
+    """Read DIR/blueprints/IMAGE.toml and IMAGE.ARCH.lock.json; with `release_evr`, refuse a
+    lock rendered for another release (its RPMs would be composed under the wrong version)."""
+    toml_path, lock_path = blueprint_paths(build_dir, image, arch)
     for path in (toml_path, lock_path):
         if not path.is_file():
             raise InputError(str(path), "", "not found",
@@ -113,6 +114,10 @@ def load_compose_inputs(build_dir: Path, image: str,
     name = _str(blueprint, "name", toml_path)
     if name != image:
         raise InputError(str(toml_path), "name", f"is {name!r}, expected {image!r}")
+    if lock.get("arch", arch) != arch:
+        raise InputError(str(lock_path), "arch", f"is {lock.get('arch')!r}, expected {arch!r}",
+                         hint=f"run `python -m builder blueprint --image {image} "
+                              f"--build-dir {build_dir}` again")
     custom = blueprint.get("customizations", {})
     ref = lock.get("ref")
     return ComposeInputs(

@@ -46,6 +46,11 @@ class Target:
     def record_path(self, uuid: str) -> Path:
         return self.build_dir / "composer" / f"{self.image}-{uuid}.json"
 
+    @property
+    def installer_name(self) -> str:
+        """NAME, or NAME-ARCH for a several-architecture release (as the local installer)."""
+        return self.release.arch_name(self.image, self.release.architectures[0])
+
 
 @dataclass(frozen=True)
 class ComposeResult:
@@ -57,10 +62,10 @@ class ComposeResult:
     warnings: tuple[str, ...] = ()
 
 
-def artifact_path(build_dir: Path, image: str, compose_type: str, uuid: str) -> Path:
+def artifact_path(target: Target, compose_type: str, uuid: str) -> Path:
     if kind_of(compose_type) == "installer":
-        return build_dir / "installer" / f"{image}.iso"
-    return build_dir / "composer" / f"{image}-{uuid}-commit.tar"
+        return target.build_dir / "installer" / f"{target.installer_name}.iso"
+    return target.build_dir / "composer" / f"{target.image}-{uuid}-commit.tar"
 
 
 def read_record(target: Target, uuid: str) -> dict[str, Any]:
@@ -87,7 +92,7 @@ def fetch_result(client: WeldrClient, status: ComposeStatus, target: Target,
                          "not FINISHED; nothing to fetch")
     kind = kind_of(status.compose_type)
     record = read_record(target, status.uuid)
-    dest = artifact_path(target.build_dir, target.image, status.compose_type, status.uuid)
+    dest = artifact_path(target, status.compose_type, status.uuid)
     with progress.step(f"download {status.compose_type} {status.uuid}"):
         size = client.download_image(status.uuid, dest, progress)
     if kind == "installer":
@@ -125,5 +130,5 @@ def _installer_manifest(target: Target, status: ComposeStatus, record: dict[str,
                 "composer": {"uuid": status.uuid, "compose_type": status.compose_type,
                              "blueprint": status.blueprint,
                              "blueprint_version": status.version}}
-    path = target.build_dir / "installer" / f"{target.image}.json"
+    path = target.build_dir / "installer" / f"{target.installer_name}.json"
     write_atomic(path, json.dumps(manifest, indent=2, sort_keys=True) + "\n")

@@ -47,7 +47,8 @@ class MediaOptions:
 
 
 def write_kickstart_file(ctx: Context, options: MediaOptions, variant: str) -> Path:
-    """DIR/kickstart/IMAGE-VARIANT.ks, validated with pykickstart."""
+    """DIR/kickstart/IMAGE-VARIANT.ks (IMAGE-ARCH-VARIANT.ks for a several-architecture
+    release: each names its architecture's ref), validated with pykickstart."""
     if variant == "network" and not options.url:
         raise InputError("command line", "--url",
                          "the network kickstart installs from an ostree repo on a server",
@@ -55,7 +56,7 @@ def write_kickstart_file(ctx: Context, options: MediaOptions, variant: str) -> P
     with ctx.progress.step(f"kickstart {options.image} ({variant})"):
         ks = kickstart_context(ctx, options, variant)
         text = render(variant, ks)
-        out = ctx.path("kickstart", f"{options.image}-{variant}.ks")
+        out = ctx.path("kickstart", f"{_name(ctx, options.image)}-{variant}.ks")
         size = write_kickstart(out, text, private=ks.pull_secret is not None)
         ctx.progress.info("validated with pykickstart (RHEL 9 syntax)")
         ctx.progress.wrote(str(out), size)
@@ -63,7 +64,8 @@ def write_kickstart_file(ctx: Context, options: MediaOptions, variant: str) -> P
 
 
 def build_installer(ctx: Context, options: MediaOptions) -> Manifest:
-    """DIR/installer/IMAGE.iso: the image's commit, the embedded kickstart and a manifest."""
+    """DIR/installer/IMAGE.iso (IMAGE-ARCH.iso for a several-architecture release): the
+    image's commit for the run's architecture, the embedded kickstart and a manifest."""
     repo = ctx.path("ostree", "repo")
     with ctx.progress.step(f"installer {options.image}"):
         ks = kickstart_context(ctx, options, "embedded")
@@ -75,13 +77,21 @@ def build_installer(ctx: Context, options: MediaOptions) -> Manifest:
         request = IsoRequest(
             image=options.image, ref=ks.ref, source_repo=repo, kickstart=render("embedded", ks),
             kickstart_private=ks.pull_secret is not None,
-            output=ctx.path("installer", f"{options.image}.iso"),
+            output=installer_path(ctx, options.image),
             source_date_epoch=ctx.release.source_date_epoch,
             boot_iso=options.boot_iso.resolve() if options.boot_iso else None,
             sbom=_sbom(ctx, options.image, ks.ref, commit))
         manifest = build_installer_iso(ctx.runner, ctx.progress, request)
         _describe(ctx, manifest)
     return manifest
+
+
+def installer_path(ctx: Context, image: str) -> Path:
+    return ctx.path("installer", f"{_name(ctx, image)}.iso")
+
+
+def _name(ctx: Context, image: str) -> str:
+    return ctx.release.arch_name(image, ctx.target_arch)
 
 
 def _sbom(ctx: Context, image: str, ref: str, commit: str) -> Path | None:

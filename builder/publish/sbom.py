@@ -67,14 +67,15 @@ class SbomInputs:
     payload_sources: tuple[PayloadFile, ...] = ()  # only for a commit of the current release
 
 
-def sbom_path(build_dir: Path, image: str) -> Path:
-    return build_dir / "sbom" / f"{image}.spdx.json"
+def sbom_path(ctx: Context, image: str) -> Path:
+    """DIR/sbom/IMAGE.spdx.json, IMAGE-ARCH.spdx.json for a several-architecture release."""
+    return ctx.path("sbom", f"{ctx.release.arch_name(image, ctx.target_arch)}.spdx.json")
 
 
 def write_sbom(ctx: Context, image: str, ref: str | None = None,
                commit: str | None = None) -> Path:
-    """Write DIR/sbom/IMAGE.spdx.json for the commit `ref` points to (default: the image's
-    ref, as `compose` chose it)."""
+    """Write the SBOM (`sbom_path`) of the commit `ref` points to (default: the image's ref
+    for the run's architecture, as `compose` chose it)."""
     from builder.compose.commit import image_ref
 
     repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
@@ -83,7 +84,7 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
     if commit is None:
         raise BuildError(f"{repo.path} has no commit on ref {ref} for image {image}",
                          hint=f"compose it first: `python -m builder compose --image {image}`")
-    path = sbom_path(ctx.build_dir, image)
+    path = sbom_path(ctx, image)
     with ctx.progress.step(f"SBOM of {image} ({ref} = {commit[:12]})"):
         files = ctx.release.payload
         contents = read_contents(repo, commit, tuple(f.install for f in files))
@@ -103,8 +104,8 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
 
 
 def ensure_sbom(ctx: Context, image: str, ref: str, commit: str) -> Path:
-    """DIR/sbom/IMAGE.spdx.json describing `commit`: the existing one, else a new one."""
-    path = sbom_path(ctx.build_dir, image)
+    """The SBOM (`sbom_path`) describing `commit`: the existing one, else a new one."""
+    path = sbom_path(ctx, image)
     if described_commit(path) == (ref, commit):
         return path
     return write_sbom(ctx, image, ref, commit)
@@ -130,7 +131,7 @@ def _locked_packages(ctx: Context, image: str,
     """The lock file's packages that the commit holds (same NEVRA). A lock rendered for
     another release, or a commit composed elsewhere, contributes only what matches."""
     try:
-        inputs = load_compose_inputs(ctx.build_dir, image)
+        inputs = load_compose_inputs(ctx.build_dir, image, ctx.target_arch)
     except InputError:
         ctx.progress.info(f"no lock file for {image}: RPM file checksums are not known")
         return ()

@@ -50,7 +50,10 @@ class Repo:
 
     name: str
     kind: str  # "path" | "url" | "sample"
-    location: str
+    location: str  # may hold {arch} or dnf's $basearch: one repository per architecture
+
+    def location_for(self, arch: str) -> str:
+        return self.location.replace("{arch}", arch).replace("$basearch", arch)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,17 @@ class Release:
     base_repos: tuple[Repo, ...]
     # Optional `ostree:` section (builder/release/ostree_config.py): ref, base commit, deltas.
     ostree: OstreeSettings = field(default_factory=OstreeSettings)
+    # release.yaml's architectures, even when a run is narrowed to one (`--arch`): artifacts
+    # of a several-architecture release carry their architecture in their names.
+    declared_architectures: tuple[str, ...] = ()
+
+    @property
+    def multiarch(self) -> bool:
+        return len(self.declared_architectures or self.architectures) > 1
+
+    def arch_name(self, name: str, arch: str) -> str:
+        """An artifact's file name: NAME, or NAME-ARCH for a several-architecture release."""
+        return f"{name}-{arch}" if self.multiarch else name
 
     @property
     def evr(self) -> str:
@@ -104,10 +118,12 @@ def load_release(path: Path) -> Release:
     root = path.parent
     components = tuple(_component(key, comp or document.Component(), root, file)
                        for key, comp in doc.components.items())
-    repos = (tuple(_repo(repo, index, root, file) for index, repo in enumerate(doc.base.repos))
+    repos = (tuple(_repo(repo, index, root, file, tuple(doc.architectures))
+                   for index, repo in enumerate(doc.base.repos))
              if doc.base else (Repo("sample-base", "sample", ""),))
     return Release(path=path, version=doc.version, release=doc.release,
                    architectures=tuple(doc.architectures),
+                   declared_architectures=tuple(doc.architectures),
                    source_date_epoch=doc.source_date_epoch, components=components,
                    base_repos=repos, ostree=settings_from(doc.ostree, root, file))
 
@@ -134,14 +150,17 @@ def _image(component: str, name: str, doc: document.Image, root: Path, file: str
     return Image(component=component, name=name, ref=doc.ref, source=source)
 
 
-def _repo(doc: document.Repo, index: int, root: Path, file: str) -> Repo:
+def _repo(doc: document.Repo, index: int, root: Path, file: str,
+          arches: tuple[str, ...]) -> Repo:
     if doc.sample:
         return Repo(doc.name, "sample", "")
     if doc.url is not None:
         return Repo(doc.name, "url", doc.url)
     assert doc.path is not None  # the model's rule
-    location = (root / doc.path).resolve()
-    if not (location / "repodata" / "repomd.xml").is_file():
-        raise InputError(file, f"base.repos[{index}].path",
-                         f"{location} is not a yum repository (no repodata)")
-    return Repo(doc.name, "path", str(location))
+    repo = Repo(doc.name, "path", str((root / doc.path).resolve()))
+    for arch in arches:
+        location = repo.location_for(arch)
+        if not (Path(location) / "repodata" / "repomd.xml").is_file():
+            raise InputError(file, f"base.repos[{index}].path",
+                             f"{location} is not a yum repository (no repodata)")
+    return repo

@@ -27,9 +27,11 @@ def release_info(release: Release, arch: str) -> dict[str, object]:
 
 
 def release_info_files(release: Release) -> dict[str, bytes]:
+    # Every architecture of release.yaml, even in a run narrowed to one (--arch): the noarch
+    # package must be the same whichever job of a CI matrix builds it.
     return {f"{RELEASE_INFO_DIR}/release-{arch}.json":
             (json.dumps(release_info(release, arch), indent=2) + "\n").encode()
-            for arch in release.architectures}
+            for arch in release.declared_architectures}
 
 
 def generated_files(release: Release, key: str) -> dict[str, bytes]:

@@ -34,7 +34,8 @@ from builder.release.payload import PayloadFile
 from builder.release.release_info import generated_files
 from builder.release.template_context import component_context
 from builder.rpm.payloads import resolve_payload
-from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
+from builder.rpm.repos import publish_arch_repos
+from builder.rpm.rpmbuild import build_spec, rpm_macros
 from builder.rpm.signing import sign_repo, sign_rpms
 
 RPMLINTRC = SPECS_DIR / "rpmlintrc"
@@ -88,22 +89,15 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
     epoch = release.source_date_epoch
     inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch,
               "signed_by": key.key_id if key else None}
-
-    def make_repo(out: Path) -> None:
-        createrepo(ctx.runner, rpms, out, epoch)
-        if key is not None:
-            sign_repo(ctx, out, key)
-
-    with ctx.progress.step("repo: createrepo_c"):
-        repo_step = Step("repo", inputs)
-        repo_out, _ = materialize(repo_step, ctx.build_dir, make_repo, ctx.progress)
+    with ctx.progress.step("repo: createrepo_c, one repository per architecture"):
+        publish_arch_repos(ctx, rpms, "repo", signed_by=key.key_id if key else None,
+                           sign=None if key is None else lambda out: sign_repo(ctx, out, key))
         rpms_step = Step("rpms", inputs)
         rpms_out, _ = materialize(rpms_step, ctx.build_dir, lambda out: link_files(rpms, out),
                                   ctx.progress)
-        publish(ctx.build_dir, "repo", repo_step, repo_out)
         publish(ctx.build_dir, "rpms", rpms_step, rpms_out)
-        ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
-                          f"repository {ctx.path('repo')}")
+        ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, repositories "
+                          f"{ctx.path('repo')}/{{{','.join(release.architectures)}}}")
     return sorted(ctx.path("rpms").glob("*.rpm"))
 
 

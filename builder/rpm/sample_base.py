@@ -14,7 +14,8 @@ from pathlib import Path
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.steps import Step, file_digest, is_built, link_files, materialize, publish
-from builder.rpm.rpmbuild import build_spec, createrepo, rpm_macros
+from builder.rpm.repos import publish_arch_repos
+from builder.rpm.rpmbuild import build_spec, rpm_macros
 
 SAMPLE_VERSION = "9.2.sample"
 KERNEL_VERSION = "5.14.0-284.sample.el9"
@@ -172,7 +173,8 @@ def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
 
 def build_sample_base(ctx: Context) -> Path:
     """Build every stand-in for each architecture of the release (cached by content) and
-    publish DIR/sample-base/{rpms,repo}: one repository, as the project's own."""
+    publish DIR/sample-base/rpms and a repository per architecture, DIR/sample-base/repo/ARCH,
+    as the project's own."""
     release = ctx.release
     epoch = release.source_date_epoch
     base = ctx.path("sample-base")
@@ -219,15 +221,12 @@ def _step(stand_in: StandIn, arch: str, epoch: int) -> Step:
 def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
     inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch}
     rpms_step = Step("sample-base-rpms", inputs)
-    repo_step = Step("sample-base-repo", inputs)
     rpms_out, _ = materialize(rpms_step, ctx.build_dir,
                               lambda out: link_files(rpms, out), ctx.progress)
-    repo_out, _ = materialize(repo_step, ctx.build_dir,
-                              lambda out: createrepo(ctx.runner, rpms, out, epoch), ctx.progress)
     publish(ctx.build_dir, "sample-base/rpms", rpms_step, rpms_out)
-    publish(ctx.build_dir, "sample-base/repo", repo_step, repo_out)
+    publish_arch_repos(ctx, rpms, "sample-base/repo")
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
-                      f"repository {base / 'repo'}")
+                      f"repositories {base / 'repo'}/ARCH")
 
 
 def _policy_stand_ins(ctx: Context, arch: str) -> list[Path]:

@@ -452,7 +452,7 @@ def test_whole_stack_blueprint_and_lock(built_release: Path, tmp_path: Path) -> 
     images = release.images(("core", "networking-ovnk", "storage-topolvm"))
     assert [c["source"] for c in data["containers"]] == [img.ref for img in images]
     assert all("@sha256:" in c["source"] for c in data["containers"])
-    lock_path = build / "blueprints/microshift-full.lock.json"
+    lock_path = build / "blueprints/microshift-full.x86_64.lock.json"
     lock = json.loads(lock_path.read_text())
     nevras = [p["nevra"] for p in lock["packages"]]
     assert "microshift-core-4.14.2-1.x86_64" in nevras

@@ -215,13 +215,13 @@ def _write_blueprint(build: Path, body: str, lock: dict[str, object] | None = No
     directory = build / "blueprints"
     directory.mkdir(parents=True)
     (directory / "img.toml").write_text('name = "img"\nversion = "1.0.0"\n' + body)
-    (directory / "img.lock.json").write_text(json.dumps(lock or {"packages": []}))
+    (directory / "img.x86_64.lock.json").write_text(json.dumps(lock or {"packages": []}))
 
 
 def test_blueprint_file_outside_ostree_policy_names_field(tmp_path: Path) -> None:
     _write_blueprint(tmp_path, '[[customizations.files]]\npath = "/usr/bin/x"\ndata = "x"\n')
     with pytest.raises(InputError) as info:
-        load_compose_inputs(tmp_path, "img")
+        load_compose_inputs(tmp_path, "img", "x86_64")
     assert "customizations.files[0].path" in str(info.value)
     assert "/usr/local/bin" in str(info.value)
 
@@ -229,7 +229,7 @@ def test_blueprint_file_outside_ostree_policy_names_field(tmp_path: Path) -> Non
 def test_unpinned_container_is_refused(tmp_path: Path) -> None:
     _write_blueprint(tmp_path, '[[containers]]\nsource = "quay.io/x/y:latest"\n')
     with pytest.raises(InputError, match=r"containers\[0\]\.source.*not pinned by digest"):
-        load_compose_inputs(tmp_path, "img")
+        load_compose_inputs(tmp_path, "img", "x86_64")
 
 
 def test_lock_package_needs_a_location_and_sha256(tmp_path: Path) -> None:
@@ -237,12 +237,12 @@ def test_lock_package_needs_a_location_and_sha256(tmp_path: Path) -> None:
            "sha256": "0" * 64, "repo": "nowhere", "location": "Packages/a.rpm"}
     _write_blueprint(tmp_path, "", {"packages": [pkg], "repos": {}})
     with pytest.raises(InputError, match=r"packages\[0\]\.location"):
-        load_compose_inputs(tmp_path, "img")
+        load_compose_inputs(tmp_path, "img", "x86_64")
 
 
 def test_missing_blueprint_says_which_command_makes_it(tmp_path: Path) -> None:
     with pytest.raises(InputError) as info:
-        load_compose_inputs(tmp_path, "microshift-full")
+        load_compose_inputs(tmp_path, "microshift-full", "x86_64")
     assert "python -m builder blueprint --image microshift-full" in str(info.value)
 
 
@@ -283,4 +283,4 @@ def test_lock_made_for_another_release_is_refused(tmp_path: Path) -> None:
     _write_blueprint(tmp_path, "", {"packages": [], "release": "4.14.3-1"})
     with pytest.raises(InputError, match=r"lock was made for release 4\.14\.3-1, release\.yaml "
                                          r"is 4\.14\.2-1"):
-        load_compose_inputs(tmp_path, "img", "4.14.2-1")
+        load_compose_inputs(tmp_path, "img", "x86_64", "4.14.2-1")

@@ -52,7 +52,7 @@ def test_a_failed_run_leaves_no_agent(tmp_path: Path) -> None:
                    "--until", "blueprint") == 0
     # compose makes the SAMPLE key (gpg starts an agent), then refuses an RPM that changed
     # after depsolve: the run fails halfway.
-    rpm = next((build / "repo" / "Packages").glob("microshift-core-*.rpm"))
+    rpm = next((build / "repo" / "x86_64" / "Packages").glob("microshift-core-*.rpm"))
     data = rpm.read_bytes()
     rpm.unlink()  # a hard link into the step cache: replace it, never write through it
     rpm.write_bytes(data + b"tampered")

@@ -69,7 +69,7 @@ def build_image(build: Path, *extra: str, command: str = "build-image"
 
 def fingerprint(build: Path) -> dict[str, str]:
     """What must be identical to a clean build: RPMs, repository metadata, commit."""
-    files = sorted([*build.glob("rpms/*.rpm"), *build.glob("repo/repodata/*")])
+    files = sorted([*build.glob("rpms/*.rpm"), *build.glob("repo/*/repodata/*")])
     prints = {str(f.relative_to(build)): hashlib.sha256(f.read_bytes()).hexdigest()
               for f in files}
     repo = build / "ostree" / "repo"

@@ -80,7 +80,8 @@ def integration(test: Any) -> Any:
 def expected_changes(pair: ComposedPair) -> dict[str, Any]:
     """What the pair's second release changed, from the inputs: every package this project
     builds went from 4.14.2-1 to 4.14.3-1, and one image got a new build."""
-    lock = json.loads((pair.build_dir / "blueprints" / "microshift-full.lock.json").read_text())
+    lock_path = pair.build_dir / "blueprints" / "microshift-full.x86_64.lock.json"
+    lock = json.loads(lock_path.read_text())
     ours = sorted((p["name"], p["arch"]) for p in lock["packages"]
                   if p["name"].startswith("microshift-"))
     old, new = ({img.name: img for img in load_release(path).images()}

@@ -110,7 +110,7 @@ def test_sample_sbom_passes_the_spdx_validator(sbom: Path) -> None:
 @integration
 def test_sbom_lists_every_locked_rpm_with_its_file_checksum(
         sbom: Path, composed_pair: ComposedPair) -> None:
-    lock = json.loads((sbom.parent.parent / "blueprints" / f"{IMAGE}.lock.json").read_text())
+    lock = json.loads((sbom.parent.parent / "blueprints" / f"{IMAGE}.x86_64.lock.json").read_text())
     document = json.loads(sbom.read_text())
     rpms = {(p["name"], p["versionInfo"]): p for p in _packages(document)
             if p["SPDXID"].startswith("SPDXRef-RPM-")}

@@ -1,7 +1,7 @@
 """RPMs for a release of two architectures: arch-specific packages once per architecture,
-noarch packages once for both, in one repository libsolv reads per architecture; the SAMPLE
-base for both, so each architecture's blueprint depsolves (README "Outputs"; the first
-steps of issue 13: composing for the second architecture is not done yet)."""
+noarch packages once for both, one repository per architecture (DIR/repo/ARCH) holding its
+own and the noarch packages; the SAMPLE base for both, so each architecture's blueprint
+depsolves (README "Outputs", issue 13)."""
 
 from __future__ import annotations
 
@@ -46,21 +46,25 @@ def test_core_is_built_per_architecture_and_noarch_packages_once(two_arch_build:
 
 
 @pytest.mark.parametrize("arch", ["x86_64", "aarch64"])
-def test_libsolv_offers_each_architecture_its_own_core(two_arch_build: Path, arch: str) -> None:
+def test_each_architecture_has_a_repository_of_its_own(two_arch_build: Path, arch: str) -> None:
     import solv
 
     pool = solv.Pool()
     pool.setarch(arch)
     repo = pool.add_repo("project")
-    [primary] = (two_arch_build / "repo" / "repodata").glob("*primary.xml*")
+    [primary] = (two_arch_build / "repo" / arch / "repodata").glob("*primary.xml*")
     handle = solv.xfopen(str(primary))
     repo.add_rpmmd(handle, None)
     handle.close()
     pool.createwhatprovides()
-    offered = {(s.name, s.arch) for s in repo.solvables if s.installable()}
-    assert ("microshift-core", arch) in offered
-    assert {a for _, a in offered} == {arch, "noarch"}
-    assert len(offered) == len(list(repo.solvables)) - 1  # all but the other core
+    listed = {(s.name, s.arch) for s in repo.solvables}
+    assert {(s.name, s.arch) for s in repo.solvables if s.installable()} == listed
+    assert ("microshift-core", arch) in listed
+    assert {a for _, a in listed} == {arch, "noarch"}
+    noarch = {name for name, a in _arches(two_arch_build) if a == "noarch"}
+    assert {name for name, a in listed if a == "noarch"} == noarch
+    files = sorted(p.name for p in (two_arch_build / "repo" / arch / "Packages").glob("*"))
+    assert files == sorted(f"{name}-4.14.2-1.{a}.rpm" for name, a in listed)
 
 
 def test_the_sample_base_has_each_architectures_kernel_and_loader(two_arch_build: Path) -> None:
@@ -74,7 +78,7 @@ def test_the_sample_base_has_each_architectures_kernel_and_loader(two_arch_build
         assert f"{loader}()(64bit)" in provides
 
 
-@pytest.mark.parametrize(("lock", "arch"), [("microshift-full.lock.json", "x86_64"),
+@pytest.mark.parametrize(("lock", "arch"), [("microshift-full.x86_64.lock.json", "x86_64"),
                                             ("microshift-full.aarch64.lock.json", "aarch64")])
 def test_each_architecture_depsolves_to_its_own_packages(two_arch_build: Path, lock: str,
                                                          arch: str) -> None:

@@ -49,8 +49,10 @@ def rpm_install_test(root: Path, rpms: list[Path]) -> subprocess.CompletedProces
 def test_rpms_and_repository_are_written(built_release: Path) -> None:
     names = sorted(p.name for p in (built_release / "rpms").glob("*.rpm"))
     assert names == sorted(rpm_of(built_release, c).name for c in COMPONENT_RPMS)
-    assert (built_release / "repo" / "repodata" / "repomd.xml").is_file()
-    assert sorted(p.name for p in (built_release / "repo" / "Packages").glob("*.rpm")) == names
+    # One architecture: its repository holds every package (its own and the noarch ones).
+    assert (built_release / "repo" / "x86_64" / "repodata" / "repomd.xml").is_file()
+    assert sorted(p.name for p in (built_release / "repo" / "x86_64" / "Packages")
+                  .glob("*.rpm")) == names
 
 
 def test_two_clean_builds_are_byte_identical(built_release: Path, tmp_path: Path) -> None:
@@ -281,7 +283,7 @@ def test_build_image_with_a_release_key_signs_rpms_repo_commit_and_ships_the_key
         check = subprocess.run(["rpm", "--root", str(rpm_root), "-K", str(rpm)],
                                capture_output=True, text=True, check=False)
         assert check.returncode == 0 and "signatures OK" in check.stdout, check.stdout
-    repodata = build / "repo" / "repodata"
+    repodata = build / "repo" / "x86_64" / "repodata"
     verify = subprocess.run(["gpg", "--homedir", str(homedir), "--verify",
                              str(repodata / "repomd.xml.asc"), str(repodata / "repomd.xml")],
                             capture_output=True, text=True, check=False)
