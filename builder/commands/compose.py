@@ -71,7 +71,7 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
 
     # Inputs first: a missing blueprint must not leave a fresh signing key behind.
     arch_ctxs = per_arch(ctx)
-    refs = [ref_for_arch(arch_ctx, args.ref) for arch_ctx in arch_ctxs]
+    refs = [ref_for_arch(ctx, arch_ctx, args.ref) for arch_ctx in arch_ctxs]
     for arch_ctx in arch_ctxs:
         load_compose_inputs(ctx.build_dir, args.image, arch_ctx.target_arch, ctx.release.evr)
     kill_stage = os.environ.get(KILL_ENV)
@@ -104,7 +104,8 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs)
     for arch_ctx in per_arch(ctx):
-        report = generate_deltas(arch_ctx, replace(options, ref=ref_for_arch(arch_ctx, args.ref)))
+        ref = ref_for_arch(ctx, arch_ctx, args.ref)
+        report = generate_deltas(arch_ctx, replace(options, ref=ref))
         print(report.text())
     return 0
 

@@ -50,5 +50,5 @@ def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
                          hint="add --arch ARCH, with that architecture's boot ISO")
     for arch_ctx in per_arch(ctx):
         build_installer(arch_ctx, replace(media_options(args),
-                                          ref=ref_for_arch(arch_ctx, args.ref)))
+                                          ref=ref_for_arch(ctx, arch_ctx, args.ref)))
     return 0

@@ -43,5 +43,5 @@ def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
     variant = "embedded" if args.embedded else "network"
     for arch_ctx in per_arch(ctx):
         write_kickstart_file(arch_ctx, replace(media_options(args),
-                                               ref=ref_for_arch(arch_ctx, args.ref)), variant)
+                                               ref=ref_for_arch(ctx, arch_ctx, args.ref)), variant)
     return 0

@@ -22,17 +22,17 @@ def per_arch(ctx: Context) -> list[Context]:
     return [ctx.for_arch(arch) for arch in ctx.release.architectures]
 
 
-def ref_for_arch(ctx: Context, ref: str | None, option: str = "--ref") -> str | None:
-    """An explicit ref for the run's one architecture: `{arch}` is replaced; a ref without
-    it cannot hold the commits of several architectures."""
+def ref_for_arch(run: Context, arch_ctx: Context, ref: str | None) -> str | None:
+    """An explicit --ref for one architecture of the run: `{arch}` is replaced; a ref
+    without it cannot hold the commits of several architectures."""
     if ref is None:
         return None
-    if "{arch}" not in ref and ctx.release.architectures != (ctx.target_arch,):
-        raise InputError("command line", option,
+    if "{arch}" not in ref and len(run.release.architectures) > 1:
+        raise InputError("command line", "--ref",
                          f"{ref!r} would hold the commits of "
-                         f"{', '.join(ctx.release.architectures)}",
+                         f"{', '.join(run.release.architectures)}",
                          hint="put {arch} in the ref, or build one architecture with --arch")
-    return ref.replace("{arch}", ctx.target_arch)
+    return ref.replace("{arch}", arch_ctx.target_arch)
 
 
 def add_build_dir(parser: argparse.ArgumentParser) -> None:

@@ -74,7 +74,7 @@ def cmd_sbom(ctx: Context, args: argparse.Namespace) -> int:
     from builder.publish.sbom import write_sbom
 
     for arch_ctx in per_arch(ctx):
-        print(write_sbom(arch_ctx, args.image, ref_for_arch(arch_ctx, args.ref)))
+        print(write_sbom(arch_ctx, args.image, ref_for_arch(ctx, arch_ctx, args.ref)))
     return 0
 
 
@@ -114,6 +114,6 @@ def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
     depth = args.depth if args.depth is not None else ctx.release.ostree.deltas_from + 1
     key = signing_key(ctx, args) if args.gpg_homedir or args.gpg_key else None
     for arch_ctx in per_arch(ctx):
-        ref = ref_for_arch(arch_ctx, args.ref) or image_ref(arch_ctx, args.image)
+        ref = ref_for_arch(ctx, arch_ctx, args.ref) or image_ref(arch_ctx, args.image)
         pull_published(arch_ctx, args.url, ref, depth, key)
     return 0
