@@ -242,3 +242,35 @@ def test_compressed_metadata_of_every_kind(repo: Path, tmp_path: Path,
     assert next((copy / "repodata").glob(f"*-primary.xml.{compression[:3]}"))
     locked = depsolve([("core", "4.14.2-1")], source(copy), "x86_64", tmp_path / "cache")
     assert {p.name for p in locked} == {"core", "runtime", "helper-tools"}
+
+
+def test_base_repositories_are_named_per_architecture(repo: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """`{arch}` (or dnf's `$basearch`) in a base repository names each architecture's."""
+    import yaml
+
+    from builder.blueprint.depsolve import repo_sources
+    from builder.release.model import load_release
+    from tests.support.cli import RELEASE, run_cli
+
+    shutil.copytree(repo, tmp_path / "mirror" / "x86_64")
+    data = yaml.safe_load(RELEASE.read_text())
+    data["architectures"] = ["x86_64", "aarch64"]
+    data["base"] = {"repos": [{"name": "baseos", "path": "mirror/{arch}"},
+                              {"name": "appstream", "url": "https://mirror.example/$basearch/"}]}
+    release = tmp_path / "release.yaml"
+    release.write_text(yaml.safe_dump(data))
+    # The aarch64 mirror is missing: refused before any work, naming it.
+    assert run_cli("--release", release, "blueprint", "--image", "microshift-full",
+                   "--build-dir", tmp_path / "build") == 2
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: {release}: base.repos[0].path: {tmp_path}/mirror/aarch64 is not a yum "
+        "repository (no repodata)")
+    shutil.copytree(repo, tmp_path / "mirror" / "aarch64")
+    loaded = load_release(release)
+    build = tmp_path / "build"
+    for arch in ("x86_64", "aarch64"):
+        assert [(s.name, s.location) for s in repo_sources(build, loaded, arch)] == [
+            ("microshift", str(build / "repo" / arch)),
+            ("baseos", str(tmp_path / "mirror" / arch)),
+            ("appstream", f"https://mirror.example/{arch}/")]
