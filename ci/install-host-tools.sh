@@ -97,19 +97,53 @@ if ! command -v python3.9 >/dev/null 2>&1 && command -v dnf >/dev/null 2>&1; the
     missing_fedora+=(python3.9)
 fi
 
+# The simulated device of the other architecture (an aarch64 device on an x86_64 host):
+# composing runs none of its programs, but ostree runs the new deployment's semodule on
+# every upgrade, which needs qemu's user-mode emulation registered with binfmt_misc.
+case "$(uname -m)" in
+    x86_64) FOREIGN=aarch64 ;;
+    aarch64) FOREIGN=x86_64 ;;
+    *) FOREIGN="" ;;
+esac
+if [ -n "$FOREIGN" ] && ! compgen -G "/usr/lib/binfmt.d/qemu-$FOREIGN*.conf" >/dev/null; then
+    missing_deb+=(qemu-user-static)
+    missing_fedora+=(qemu-user-static)
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+fi
+
+# Registers qemu's handler for the other architecture unless the kernel has it (a fresh
+# boot has none until systemd-binfmt runs, and containers often have no systemd).
+register_foreign_binfmt() {
+    local misc=/proc/sys/fs/binfmt_misc conf
+    [ -n "$FOREIGN" ] || return 0
+    [ -e "$misc/qemu-$FOREIGN" ] && return 0
+    conf=$(compgen -G "/usr/lib/binfmt.d/qemu-$FOREIGN*.conf" | head -n 1)
+    [ -n "$conf" ] || return 0
+    if [ ! -e "$misc/register" ] && ! $SUDO mount -t binfmt_misc binfmt_misc "$misc" 2>/dev/null; then
+        echo "host tools: binfmt_misc cannot be mounted here: a simulated $FOREIGN device" \
+             "cannot deploy updates on this machine" >&2
+        return 0
+    fi
+    if grep -v '^#' "$conf" | $SUDO tee "$misc/register" >/dev/null 2>&1; then
+        echo "host tools: registered qemu's $FOREIGN handler ($conf)"
+    else
+        echo "host tools: could not register $conf with binfmt_misc" >&2
+    fi
+}
+
 if [ ${#missing_deb[@]} -eq 0 ] && [ ${#missing_fedora[@]} -eq 0 ]; then
+    register_foreign_binfmt
     echo "host tools: all present"
     exit 0
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then
-        SUDO="sudo"
-    else
-        echo "host tools missing (${missing_deb[*]}) and not root: install them yourself" >&2
-        exit 1
-    fi
+if [ "$(id -u)" -ne 0 ] && [ -z "$SUDO" ]; then
+    echo "host tools missing (${missing_deb[*]}) and not root: install them yourself" >&2
+    exit 1
 fi
 
 if command -v apt-get >/dev/null 2>&1; then
@@ -125,3 +159,4 @@ else
     echo "host tools missing (${missing_deb[*]}) and neither apt-get nor dnf found" >&2
     exit 1
 fi
+register_foreign_binfmt

@@ -13,8 +13,10 @@ two network namespaces (builder.device.netlink), and report time, bytes and requ
 from __future__ import annotations
 
 import json
+import platform
 import re
 import shutil
+import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, replace
@@ -27,6 +29,7 @@ from builder.core.runner import Runner
 from builder.device.grubenv import Grubenv, set_upgrade_counter
 from builder.device.netlink import SERVER_ADDR, ThrottledLink
 from builder.device.repo_server import RepoServer
+from builder.rpm.payloads import elf_machine
 
 REMOTE = "edge"
 BWRAP = "/usr/bin/bwrap"  # ostree runs deployment programs through this path
@@ -190,16 +193,36 @@ class Device:
     def _check_policy_refresh(self, ref: str) -> None:
         """Deploying over an existing deployment, ostree refreshes a new deployment's SELinux
         policy by running its semodule through /usr/bin/bwrap (sysroot_finalize_selinux_policy);
-        say so in one line instead of ostree's "Failed to execute child process"."""
-        if self.bwrap.is_file():
-            return
+        say so in one line instead of ostree's "Failed to execute child process", and when
+        the deployment is of another architecture, whether this machine can run its
+        programs at all (qemu's user-mode emulation, registered with binfmt_misc)."""
         proc = self.runner.run(["ostree", f"--repo={self.repo.path}", "ls", f"{REMOTE}:{ref}",
                                 "/usr/etc/selinux/config"], check=False)
-        if proc.returncode == 0:
+        if proc.returncode != 0:
+            return
+        if not self.bwrap.is_file():
             raise BuildError(f"{REMOTE}:{ref} carries an SELinux policy, and ostree refreshes it "
                              f"on upgrade by running the deployment's semodule through "
                              f"{self.bwrap}, which is not installed",
                              hint="install bubblewrap (ci/install-host-tools.sh)")
+        machine = self._program_machine(ref, "/usr/sbin/semodule")
+        if machine is not None and not can_run(machine):
+            raise BuildError(f"{REMOTE}:{ref} is an {machine} system: ostree runs its semodule "
+                             f"on upgrade, an {machine} program this {platform.machine()} "
+                             "machine cannot run",
+                             hint=f"install qemu-user-static and register its {machine} binfmt "
+                                  "handler (ci/install-host-tools.sh does both)")
+
+    def _program_machine(self, ref: str, path: str) -> str | None:
+        """The architecture of an ELF program in the ref's tree (None: absent, or a script)."""
+        proc = self.runner.run(["ostree", f"--repo={self.repo.path}", "cat", f"{REMOTE}:{ref}",
+                                path], check=False)
+        if proc.returncode != 0:
+            return None
+        with tempfile.TemporaryDirectory(prefix="elf-") as scratch:
+            copy = Path(scratch) / "program"
+            copy.write_bytes(proc.stdout[:64])
+            return elf_machine(copy)
 
     def upgrade(self, source: Path | str, link: LinkOptions) -> tuple[TransferReport, Deployment]:
         """Pull the ref's new head over HTTP, deploy it, arm greenboot's boot counter."""
@@ -306,6 +329,18 @@ class Device:
         if self.sysroot.exists():
             release_deployments(self.sysroot, self.runner)
             shutil.rmtree(self.sysroot)
+
+
+def can_run(machine: str) -> bool:
+    """Whether this machine runs `machine`'s programs: natively, or through a binfmt_misc
+    handler (qemu-user-static registers /proc/sys/fs/binfmt_misc/qemu-ARCH)."""
+    if machine == platform.machine():
+        return True
+    handler = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{machine}"
+    try:
+        return handler.read_text().splitlines()[0] == "enabled"
+    except (OSError, IndexError):
+        return False
 
 
 def release_deployments(tree: Path, runner: Runner) -> None:
