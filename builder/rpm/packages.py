@@ -79,7 +79,7 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         ensure_space(ctx.build_dir, rpm_space(unbuilt), "the RPM build")
         for pkg in packages:
             rpms.extend(_build(ctx, pkg))
-        specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
+        specs = {_spec_name(pkg, release.architectures[0]): pkg.spec_text for pkg in packages}
         replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
     if lint:
         run_rpmlint(ctx, rpms)
@@ -105,6 +105,14 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, "
                           f"repository {ctx.path('repo')}")
     return sorted(ctx.path("rpms").glob("*.rpm"))
+
+
+def _spec_name(pkg: PackageBuild, first_arch: str) -> str:
+    """PACKAGE.spec, and PACKAGE.ARCH.spec for an architecture beyond the first (as
+    blueprints/NAME.ARCH.lock.json): a per-architecture payload gives each its own spec."""
+    if pkg.arch in ("noarch", first_arch):
+        return f"{pkg.component.package}.spec"
+    return f"{pkg.component.package}.{pkg.arch}.spec"
 
 
 def rpm_space(packages: list[PackageBuild]) -> int:
@@ -147,7 +155,8 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         "%a %b %d %Y", time.gmtime(release.source_date_epoch))
     if not (SPECS_DIR / component.spec_template).is_file():
         raise BuildError(f"no spec template specs/{component.spec_template} for component {key}")
-    files = release.component(key).payload
+    payload = release.component(key).payload
+    files = payload.files_for(arch)
     context["payload_files"] = [{"source": f.name, "install": f.install, "mode": f.mode_text}
                                 for f in files]
     spec_text = render_file(SPECS_DIR, component.spec_template, context)
@@ -159,7 +168,7 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         (tree / rel).write_bytes(data)
         (tree / rel).chmod(0o644)
         written.append(Path(rel))
-    _check_no_overlap(ctx, key, files, written)
+    _check_no_overlap(ctx, key, files, written, payload.field_for(arch))
     resolved = resolve_payload(ctx, key, files, workdir, arch)
     # Built for "noarch" whatever the release's architectures, so it is one and the same
     # package (and build step) in every architecture's repository.
@@ -168,11 +177,11 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
 
 
 def _check_no_overlap(ctx: Context, key: str, files: tuple[PayloadFile, ...],
-                      written: list[Path]) -> None:
+                      written: list[Path], field: str) -> None:
     shipped = {"/" + rel.as_posix() for rel in written}
     for index, file in enumerate(files):
         if file.install in shipped:
-            raise InputError(str(ctx.release_path), f"components.{key}.payload",
+            raise InputError(str(ctx.release_path), field,
                              f"file {index + 1} installs {file.install}, which the package "
                              f"already ships from specs/sources/{BY_KEY[key].package}/; "
                              "allowed: a path no package source uses")
@@ -231,7 +240,9 @@ def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
 def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
     """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
     rcfile_text = RPMLINTRC.read_text()
-    if all(file.source.is_sample for file in ctx.release.payload):
+    release = ctx.release
+    if all(file.source.is_sample for arch in release.architectures
+           for file in release.payload_for(arch)):
         rcfile_text += RPMLINTRC_SAMPLE.read_text()
     step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
                             "rpmlintrc": rcfile_text})

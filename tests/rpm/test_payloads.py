@@ -91,7 +91,7 @@ def resolved(tmp_path: Path, payload: dict[str, str]) -> tuple[Path, Path]:
         payload={"files": [{"install": "/usr/bin/microshift", **payload}]}))
     ctx = Context(build_dir=tmp_path / "build", release_path=release,
                   progress=Progress(stream=io.StringIO()))
-    [file] = ctx.release.payload
+    [file] = ctx.release.payload_for("x86_64")
     scratch = tmp_path / "scratch"
     return resolve_payload(ctx, "core", (file,), scratch, "x86_64")[file], scratch
 
@@ -181,7 +181,7 @@ def test_one_executable_for_two_architectures_is_refused_unless_one_is_built(
     release, binary = machine_release(tmp_path, ["x86_64", "aarch64"], "x86_64")
     ctx = Context(build_dir=tmp_path / "build", release_path=release,
                   progress=Progress(stream=io.StringIO()), arch=arch)
-    [file] = ctx.release.payload
+    [file] = ctx.release.payload_for("x86_64")
     for build_arch in ctx.release.architectures:
         if arch is None and build_arch == "aarch64":
             with pytest.raises(InputError) as caught:
@@ -189,8 +189,8 @@ def test_one_executable_for_two_architectures_is_refused_unless_one_is_built(
             assert str(caught.value) == (
                 f"{release}: components.core.payload: {binary} is an x86_64 executable, but "
                 "it is packaged for aarch64 (hint: one payload serves every architecture of "
-                "the release: build aarch64 from a release.yaml of its own, or only x86_64 "
-                "here (--arch x86_64))")
+                "the release: give each its own under components.core.payload (x86_64: "
+                "{...}, aarch64: {...}), or build only x86_64 here (--arch x86_64))")
         else:
             assert resolve_payload(ctx, "core", (file,), tmp_path / "scratch",
                                    build_arch)[file] == binary
