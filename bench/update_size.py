@@ -31,9 +31,11 @@ WHEELS = {  # version -> sha256 of ruff-VERSION-py3-none-manylinux_2_17_x86_64..
     "0.17.4": "2cd025509b2e15721b426fc70fd946d71f43b3db3b08e946dfec2d696d911690",
     "0.17.5": "40ca8afaac309b41a5b2e09e4e7beb1f824826b93c25697c4d74f573324fba4e",
 }
-# The same releases for other architectures (tests/rpm/test_arch_payload.py packages one).
+# The same releases for other architectures (tests/rpm/test_architectures.py packages one).
 OTHER_ARCH_WHEELS = {  # arch -> version -> sha256 of ruff-VERSION-...manylinux_2_17_ARCH...whl
-    "aarch64": {
+    "aarch64": {  # https://files.pythonhosted.org/packages/b7/ea/1b3afa3943239dede7a0755ea139
+        # bdb51879f0f3f96f92894081d5c7d2e5/ruff-0.17.5-py3-none-manylinux_2_17_aarch64.
+        # manylinux2014_aarch64.whl
         "0.17.5": "6f6a7b138edf9cc402ca736a59d9525e6d766e5395760b72e7e146e6251ac963",
     },
 }
