@@ -317,8 +317,8 @@ def _every_architecture(payload: Payload, architectures: list[Architecture]) -> 
     """The per-architecture form names the payload of every architecture the release builds
     (entries for other architectures are allowed, and unused)."""
     given = payload.per_arch()
-    missing = [arch for arch in architectures if given and arch not in given]
-    if missing:
+    missing = [arch for arch in architectures if arch not in given]
+    if given and missing:
         raise refuse(f"is required: architectures lists {missing[0]} and the payload is given "
                      "per architecture; allowed: an entry for each of "
                      f"{', '.join(architectures)}, or one payload (path, url, sample or "
