@@ -31,25 +31,38 @@ WHEELS = {  # version -> sha256 of ruff-VERSION-py3-none-manylinux_2_17_x86_64..
     "0.17.4": "2cd025509b2e15721b426fc70fd946d71f43b3db3b08e946dfec2d696d911690",
     "0.17.5": "40ca8afaac309b41a5b2e09e4e7beb1f824826b93c25697c4d74f573324fba4e",
 }
+# The same releases for other architectures (tests/rpm/test_architectures.py packages one).
+OTHER_ARCH_WHEELS = {  # arch -> version -> sha256 of ruff-VERSION-...manylinux_2_17_ARCH...whl
+    "aarch64": {  # https://files.pythonhosted.org/packages/b7/ea/1b3afa3943239dede7a0755ea139
+        # bdb51879f0f3f96f92894081d5c7d2e5/ruff-0.17.5-py3-none-manylinux_2_17_aarch64.
+        # manylinux2014_aarch64.whl
+        "0.17.5": "6f6a7b138edf9cc402ca736a59d9525e6d766e5395760b72e7e146e6251ac963",
+    },
+}
 PLATFORM = "manylinux_2_17_x86_64"
 
 
-def fetch_executable(version: str, cache: Path) -> Path:
+def fetch_executable(version: str, cache: Path, arch: str = "x86_64") -> Path:
     """Download the pinned wheel with pip, verify its sha256, extract the executable."""
-    binary = cache / f"ruff-{version}"
+    pinned = WHEELS if arch == "x86_64" else OTHER_ARCH_WHEELS[arch]
+    platform = PLATFORM.replace("x86_64", arch)
+    binary = cache / (f"ruff-{version}" if arch == "x86_64" else f"ruff-{version}.{arch}")
     if binary.is_file():
         return binary
     wheels = cache / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                    "--only-binary=:all:", "--platform", PLATFORM, "-d", str(wheels),
+                    "--only-binary=:all:", "--platform", platform, "-d", str(wheels),
                     f"ruff=={version}"], check=True)
-    [wheel] = wheels.glob(f"ruff-{version}-*{PLATFORM}*.whl")
+    [wheel] = wheels.glob(f"ruff-{version}-*{platform}*.whl")
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    if digest != WHEELS[version]:
-        raise SystemExit(f"{wheel}: sha256 {digest} is not the pinned {WHEELS[version]}")
+    if digest != pinned[version]:
+        raise SystemExit(f"{wheel}: sha256 {digest} is not the pinned {pinned[version]}")
+    # Renamed into place whole: an interrupted extraction must not pass for the cached file.
+    partial = binary.with_name(f".{binary.name}.partial")
     with zipfile.ZipFile(wheel) as archive:
-        binary.write_bytes(archive.read(f"ruff-{version}.data/scripts/ruff"))
-    binary.chmod(0o755)
+        partial.write_bytes(archive.read(f"ruff-{version}.data/scripts/ruff"))
+    partial.chmod(0o755)
+    partial.rename(binary)
     return binary
 
 

@@ -168,7 +168,8 @@ def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int)
     os.symlink("../usr/lib/os-release", tree / "usr/etc/os-release")
     _write(tree / f"usr/lib/modules/{SAMPLE_KERNEL}/vmlinuz",
            "SAMPLE stand-in for the Linux kernel image\n")
-    for file in ctx.release.payload:  # microshift-etcd, microshift-cleanup-data, ...
+    # The first architecture's files, as compose commits only the first architecture.
+    for file in ctx.release.payload_for(ctx.target_arch):
         if file.source.is_sample:
             write_payload_standin(tree / file.install.lstrip("/"), file.source.location,
                                   ctx.release.version)

@@ -86,7 +86,8 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
                          hint=f"compose it first: `python -m builder compose --image {image}`")
     path = sbom_path(ctx, image)
     with ctx.progress.step(f"SBOM of {image} ({ref} = {commit[:12]})"):
-        files = ctx.release.payload
+        # compose commits the first architecture only (builder/compose/commit.py).
+        files = ctx.release.payload_for(ctx.target_arch)
         contents = read_contents(repo, commit, tuple(f.install for f in files))
         locked = _locked_packages(ctx, image, contents)
         same_release = contents.version == ctx.release.evr

@@ -44,6 +44,8 @@ SAMPLE_PAYLOADS: tuple[str, ...] = get_args(SamplePayload)
 # The keys of builder.release.catalog, spelled out so that type checkers see them.
 ComponentKey = Literal["core", "networking-ovnk", "networking-bridge", "storage-topolvm",
                        "multus", "greenboot", "update", "selinux", "release-info"]
+Architecture = Literal["x86_64", "aarch64"]
+ARCHITECTURES: tuple[str, ...] = get_args(Architecture)
 if get_args(ComponentKey) != tuple(BY_KEY):  # pragma: no cover - a catalog edit without this
     raise ImportError("builder.release.document.ComponentKey differs from the catalog")
 
@@ -129,18 +131,17 @@ class PayloadFile(PayloadSource):
         return self
 
 
-class Payload(_Sources):
+class _Form(_Sources):
     """The single-file form (a source for /usr/bin/microshift) or `files:`."""
 
     files: list[PayloadFile] | None = Field(None, min_length=1, description=(
         "the release's files, at least the microshift binary"))
 
-    @model_validator(mode="after")
-    def _one_form(self) -> Payload:
+    def _check_form(self) -> None:
         sources = [k for k in ("path", "url", "sample", "sha256") if getattr(self, k) is not None]
         if self.files is None:
             self._check_one_source()
-            return self
+            return
         if sources:
             raise refuse("give either files: or one source (path, url or sample), not both",
                          at=sources[0])
@@ -154,7 +155,50 @@ class Payload(_Sources):
         if BINARY not in seen:
             raise refuse(f"has no entry with install: {BINARY}; allowed: a payload "
                          "that ships the microshift binary", at="files")
+
+
+class ArchPayload(_Form):
+    """One architecture's payload: the single-file form or `files:`."""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ArchPayload:
+        self._check_form()
         return self
+
+
+_PER_ARCH = "the {arch} payload: one source (path, url with sha256, or sample) or files:"
+
+
+class Payload(_Form):
+    """One payload for every architecture, or one per architecture (`x86_64:`, `aarch64:`).
+
+    Either payload is the single-file form (a source for /usr/bin/microshift) or `files:`."""
+
+    x86_64: ArchPayload | None = Field(None, description=_PER_ARCH.format(arch="x86_64"))
+    aarch64: ArchPayload | None = Field(None, description=_PER_ARCH.format(arch="aarch64"))
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Payload:
+        arches = self.per_arch()
+        if not arches:
+            self._check_form()
+            return self
+        shared = [k for k in ("files", "path", "url", "sample", "sha256")
+                  if getattr(self, k) is not None]
+        if shared:
+            raise refuse(f"give either one payload for every architecture ({shared[0]}: ...) "
+                         f"or one per architecture ({', '.join(arches)}: ...), not both",
+                         at=shared[0])
+        return self
+
+    def per_arch(self) -> dict[str, ArchPayload]:
+        """The per-architecture form's entries by architecture ({} for the single form)."""
+        return {arch: form for arch in ARCHITECTURES
+                if (form := getattr(self, arch)) is not None}
+
+
+if set(ARCHITECTURES) - set(Payload.model_fields):  # pragma: no cover - an architecture added
+    raise ImportError("builder.release.document.Payload has no field for every architecture")
 
 
 # An image's logical name also names files and directories of the build (its OCI layout):
@@ -224,7 +268,7 @@ class ReleaseDocument(Model):
 
     version: str = Field(pattern=RPM_VERSION, description=RPM_RULE)
     release: ReleaseText
-    architectures: list[Literal["x86_64", "aarch64"]] = Field(
+    architectures: list[Architecture] = Field(
         ["x86_64"], min_length=1, description="x86_64, aarch64")
     source_date_epoch: int = Field(ge=315532800, lt=2**32, description=(
         "a Unix time from 1980-01-01 to 2106 (zip and rpm limits)"))
@@ -244,9 +288,11 @@ class ReleaseDocument(Model):
         if "core" not in self.components:
             raise refuse("is required: every release ships microshift-core",
                          at="components.core")
-        if (self.components["core"] or Component()).payload is None:
+        payload = (self.components["core"] or Component()).payload
+        if payload is None:
             raise refuse("is required for core (the microshift binary)",
                          at="components.core.payload")
+        _every_architecture(payload, self.architectures)
         if "selinux" not in self.components:
             raise refuse("is required: microshift-core requires microshift-selinux, as RHEL "
                          "for Edge devices run SELinux enforcing; add `selinux: {}` under "
@@ -265,3 +311,16 @@ def _one_image_per_name(components: Mapping[str, Component]) -> None:
                 raise refuse(f"names another image than components.{owner}.images."
                              f"{key_text(name)} ({ref}); allowed: one image per name across "
                              "the release", at=f"components.{key}.images.{key_text(name)}")
+
+
+def _every_architecture(payload: Payload, architectures: list[Architecture]) -> None:
+    """The per-architecture form names the payload of every architecture the release builds
+    (entries for other architectures are allowed, and unused)."""
+    given = payload.per_arch()
+    missing = [arch for arch in architectures if arch not in given]
+    if given and missing:
+        raise refuse(f"is required: architectures lists {missing[0]} and the payload is given "
+                     "per architecture; allowed: an entry for each of "
+                     f"{', '.join(architectures)}, or one payload (path, url, sample or "
+                     "files) for every architecture",
+                     at=f"components.core.payload.{missing[0]}")

@@ -12,9 +12,10 @@ from builder.core.schema import load_yaml
 from builder.release import document
 from builder.release.document import IMAGE_REF_RE, ReleaseDocument
 from builder.release.ostree_config import OstreeSettings, settings_from
-from builder.release.payload import Payload, PayloadFile, payload_files
+from builder.release.payload import ArchPayloads, Payload, PayloadFile, release_payload
 
-__all__ = ["ComponentRelease", "Image", "Payload", "PayloadFile", "Release", "load_release"]
+__all__ = ["ArchPayloads", "ComponentRelease", "Image", "Payload", "PayloadFile", "Release",
+           "load_release"]
 
 @dataclass(frozen=True)
 class Image:
@@ -37,11 +38,15 @@ class Image:
 @dataclass(frozen=True)
 class ComponentRelease:
     key: str
-    payload: tuple[PayloadFile, ...]  # only core has files: the binaries of the release
+    payload: ArchPayloads  # only core has files: the binaries of the release
     images: tuple[Image, ...]
     # core only: "microshift" when the binary backs up and restores its own data at start
     # (MicroShift 4.14 and later, pkg/admin/prerun), "greenboot" for this project's scripts.
     data_backup: str | None = None
+
+    def payload_for(self, arch: str) -> tuple[PayloadFile, ...]:
+        """The files this component's `arch` package installs from the release's payload."""
+        return self.payload.files_for(arch)
 
 
 @dataclass(frozen=True)
@@ -93,9 +98,9 @@ class Release:
         return tuple(img for comp in self.components
                      if keys is None or comp.key in keys for img in comp.images)
 
-    @property
-    def payload(self) -> tuple[PayloadFile, ...]:
-        return self.component("core").payload
+    def payload_for(self, arch: str) -> tuple[PayloadFile, ...]:
+        """The payload files (the MicroShift binaries) of microshift-core for `arch`."""
+        return self.component("core").payload_for(arch)
 
     @property
     def data_backup(self) -> str:
@@ -116,22 +121,23 @@ def load_release(path: Path) -> Release:
     file = str(path)
     doc = validate(ReleaseDocument, load_yaml(path), file)
     root = path.parent
-    components = tuple(_component(key, comp or document.Component(), root, file)
+    architectures = tuple(doc.architectures)
+    components = tuple(_component(key, comp or document.Component(), architectures, root, file)
                        for key, comp in doc.components.items())
-    repos = (tuple(_repo(repo, index, root, file, tuple(doc.architectures))
+    repos = (tuple(_repo(repo, index, root, file, architectures)
                    for index, repo in enumerate(doc.base.repos))
              if doc.base else (Repo("sample-base", "sample", ""),))
     return Release(path=path, version=doc.version, release=doc.release,
-                   architectures=tuple(doc.architectures),
-                   declared_architectures=tuple(doc.architectures),
+                   architectures=architectures, declared_architectures=architectures,
                    source_date_epoch=doc.source_date_epoch, components=components,
                    base_repos=repos, ostree=settings_from(doc.ostree, root, file))
 
 
-def _component(key: str, doc: document.Component, root: Path, file: str) -> ComponentRelease:
+def _component(key: str, doc: document.Component, architectures: tuple[str, ...], root: Path,
+               file: str) -> ComponentRelease:
     prefix = f"components.{key}"
-    payload = payload_files(doc.payload, root, file, f"{prefix}.payload") if doc.payload \
-        else ()
+    payload = release_payload(doc.payload, architectures, root, file, f"{prefix}.payload") \
+        if doc.payload else ArchPayloads(f"{prefix}.payload")
     images = tuple(_image(key, name, spec, root, file)
                    for name, spec in (doc.images or {}).items())
     return ComponentRelease(key=key, payload=payload, images=images,

@@ -12,8 +12,15 @@ A real MicroShift release installs several files from its build: `/usr/bin/micro
 
 Each file takes one source, the same three as the single form: `path` (optionally with
 `sha256`), `url` with `sha256` (downloaded once, verified, cached), or `sample` (a generated
-SAMPLE stand-in). The shape is `builder.release.document.Payload`; `payload_files` checks
-what a schema cannot (a local file exists and has its sha256).
+SAMPLE stand-in). Either form serves every architecture of the release, or the payload
+names one per architecture, each in either form (a real binary is built for one machine):
+
+    payload:
+      x86_64: {url: https://.../microshift-x86_64, sha256: <64 hex>}
+      aarch64: {files: [{install: /usr/bin/microshift, url: ..., sha256: ...}, ...]}
+
+The shape is `builder.release.document.Payload`; `release_payload` checks what a schema
+cannot (a local file exists and has its sha256).
 """
 
 from __future__ import annotations
@@ -26,7 +33,8 @@ from builder.core.steps import file_digest
 from builder.release import document
 from builder.release.document import BINARY, SAMPLE_PAYLOADS
 
-__all__ = ["BINARY", "SAMPLE_PAYLOADS", "Payload", "PayloadFile", "payload_files"]
+__all__ = ["BINARY", "SAMPLE_PAYLOADS", "ArchPayloads", "Payload", "PayloadFile",
+           "release_payload"]
 
 @dataclass(frozen=True)
 class Payload:
@@ -60,9 +68,47 @@ class PayloadFile:
         return f"{self.mode:04o}"
 
 
-def payload_files(doc: document.Payload, root: Path, file: str,
-                  prefix: str) -> tuple[PayloadFile, ...]:
-    """The files of a validated payload mapping at `prefix`; checks what a schema cannot."""
+@dataclass(frozen=True)
+class ArchPayloads:
+    """A component's payload files for each architecture of the release: the same `shared`
+    files for all of them (release.yaml's single form), or each its own (`by_arch`)."""
+
+    field: str = ""  # where release.yaml names it: components.core.payload
+    shared: tuple[PayloadFile, ...] = ()
+    by_arch: tuple[tuple[str, tuple[PayloadFile, ...]], ...] = ()
+
+    @property
+    def per_arch(self) -> bool:
+        return bool(self.by_arch)
+
+    def files_for(self, arch: str) -> tuple[PayloadFile, ...]:
+        if not self.by_arch:
+            return self.shared
+        for name, files in self.by_arch:
+            if name == arch:
+                return files
+        # load_release refuses a release without an entry for one of its architectures.
+        raise KeyError(f"{self.field} has no entry for {arch}")
+
+    def field_for(self, arch: str) -> str:
+        return f"{self.field}.{arch}" if self.by_arch else self.field
+
+
+def release_payload(doc: document.Payload, architectures: tuple[str, ...], root: Path,
+                    file: str, prefix: str) -> ArchPayloads:
+    """The files of a validated payload mapping at `prefix` for the release's architectures;
+    checks what a schema cannot. Entries of other architectures are not built, so a path
+    there need not exist yet."""
+    forms = doc.per_arch()
+    if not forms:
+        return ArchPayloads(prefix, shared=_files(doc, root, file, prefix))
+    return ArchPayloads(prefix, by_arch=tuple(
+        (arch, _files(forms[arch], root, file, f"{prefix}.{arch}"))
+        for arch in dict.fromkeys(architectures)))
+
+
+def _files(doc: document.Payload | document.ArchPayload, root: Path, file: str,
+           prefix: str) -> tuple[PayloadFile, ...]:
     if doc.files is None:
         return (PayloadFile(BINARY, 0o755, _source(doc, root, file, prefix)),)
     return tuple(PayloadFile(entry.install, int(entry.mode, 8),
@@ -70,8 +116,8 @@ def payload_files(doc: document.Payload, root: Path, file: str,
                  for index, entry in enumerate(doc.files))
 
 
-def _source(doc: document.Payload | document.PayloadSource, root: Path, file: str,
-            prefix: str) -> Payload:
+def _source(doc: document.Payload | document.ArchPayload | document.PayloadSource, root: Path,
+            file: str, prefix: str) -> Payload:
     if doc.sample is not None:
         return Payload("sample", doc.sample, field=prefix)
     if doc.url is not None:

@@ -30,6 +30,7 @@ from builder.core.steps import (
 )
 from builder.core.templates import render_file, render_source_tree
 from builder.release.catalog import BY_KEY, Component
+from builder.release.model import Release
 from builder.release.payload import PayloadFile
 from builder.release.release_info import generated_files
 from builder.release.template_context import component_context
@@ -80,7 +81,7 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         ensure_space(ctx.build_dir, rpm_space(unbuilt), "the RPM build")
         for pkg in packages:
             rpms.extend(_build(ctx, pkg))
-        specs = {f"{pkg.component.package}.spec": pkg.spec_text for pkg in packages}
+        specs = {_spec_name(pkg): pkg.spec_text for pkg in packages}
         replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
     if lint:
         run_rpmlint(ctx, rpms)
@@ -99,6 +100,14 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, repositories "
                           f"{ctx.path('repo')}/{{{','.join(release.architectures)}}}")
     return sorted(ctx.path("rpms").glob("*.rpm"))
+
+
+def _spec_name(pkg: PackageBuild) -> str:
+    """PACKAGE.spec for a noarch package, PACKAGE.ARCH.spec for an architecture's own (as
+    blueprints/NAME.ARCH.lock.json): a per-architecture payload gives each its own spec."""
+    if pkg.arch == "noarch":
+        return f"{pkg.component.package}.spec"
+    return f"{pkg.component.package}.{pkg.arch}.spec"
 
 
 def rpm_space(packages: list[PackageBuild]) -> int:
@@ -141,7 +150,8 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         "%a %b %d %Y", time.gmtime(release.source_date_epoch))
     if not (SPECS_DIR / component.spec_template).is_file():
         raise BuildError(f"no spec template specs/{component.spec_template} for component {key}")
-    files = release.component(key).payload
+    payload = release.component(key).payload
+    files = payload.files_for(arch)
     context["payload_files"] = [{"source": f.name, "install": f.install, "mode": f.mode_text}
                                 for f in files]
     spec_text = render_file(SPECS_DIR, component.spec_template, context)
@@ -153,7 +163,7 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
         (tree / rel).write_bytes(data)
         (tree / rel).chmod(0o644)
         written.append(Path(rel))
-    _check_no_overlap(ctx, key, files, written)
+    _check_no_overlap(ctx, key, files, written, payload.field_for(arch))
     resolved = resolve_payload(ctx, key, files, workdir, arch)
     # Built for "noarch" whatever the release's architectures, so it is one and the same
     # package (and build step) in every architecture's repository.
@@ -162,11 +172,11 @@ def _prepare(ctx: Context, key: str, arch: str, workdir: Path) -> PackageBuild:
 
 
 def _check_no_overlap(ctx: Context, key: str, files: tuple[PayloadFile, ...],
-                      written: list[Path]) -> None:
+                      written: list[Path], field: str) -> None:
     shipped = {"/" + rel.as_posix() for rel in written}
     for index, file in enumerate(files):
         if file.install in shipped:
-            raise InputError(str(ctx.release_path), f"components.{key}.payload",
+            raise InputError(str(ctx.release_path), field,
                              f"file {index + 1} installs {file.install}, which the package "
                              f"already ships from specs/sources/{BY_KEY[key].package}/; "
                              "allowed: a path no package source uses")
@@ -224,9 +234,7 @@ def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
 
 def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
     """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
-    rcfile_text = RPMLINTRC.read_text()
-    if all(file.source.is_sample for file in ctx.release.payload):
-        rcfile_text += RPMLINTRC_SAMPLE.read_text()
+    rcfile_text = rpmlintrc_text(ctx.release)
     step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
                             "rpmlintrc": rcfile_text})
 
@@ -247,6 +255,17 @@ def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
 
     with ctx.progress.step(f"rpmlint: {len(rpms)} RPMs"):
         materialize(step, ctx.build_dir, lint, ctx.progress)
+
+
+def rpmlintrc_text(release: Release) -> str:
+    """specs/rpmlintrc, and specs/rpmlintrc.sample's filter for the architectures whose core
+    payload is all SAMPLE stand-ins (with a payload per architecture, maybe not all)."""
+    sample = [arch for arch in release.architectures
+              if all(file.source.is_sample for file in release.payload_for(arch))]
+    text = RPMLINTRC.read_text()
+    if sample:
+        text += RPMLINTRC_SAMPLE.read_text().replace("{arches}", "|".join(sample))
+    return text
 
 
 def _rpmlint_command() -> str:

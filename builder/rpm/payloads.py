@@ -26,24 +26,30 @@ def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
     for file in files:
         field = file.source.field or f"components.{key}.payload"
         path = _resolve(ctx, field, file.source, scratch / "payloads" / key / file.name)
-        _check_machine(ctx, field, file, path, arch)
+        _check_machine(ctx, key, file, path, arch)
         resolved[file] = path
     return resolved
 
 
-def _check_machine(ctx: Context, field: str, file: PayloadFile, path: Path, arch: str) -> None:
+def _check_machine(ctx: Context, key: str, file: PayloadFile, path: Path, arch: str) -> None:
     """An executable for another architecture would install and never start."""
     machine = elf_machine(path)
     if machine is None or machine == arch:
         return
-    others = [a for a in ctx.release.architectures if a != machine]
+    payload = ctx.release.component(key).payload
     hint = f"use an {arch} build of {file.install}"
-    if machine in ctx.release.architectures:
-        hint = (f"one payload serves every architecture of the release: build {arch} from "
-                f"a release.yaml of its own, or only {machine} here (--arch {machine})")
-    raise InputError(str(ctx.release_path), field,
+    if payload.per_arch:
+        packaged_for = [arch]
+    else:
+        packaged_for = [a for a in ctx.release.architectures if a != machine]
+        if machine in ctx.release.architectures:
+            entries = ", ".join(f"{a}: {{...}}" for a in ctx.release.architectures)
+            hint = (f"one payload serves every architecture of the release: give each its "
+                    f"own under {payload.field} ({entries}), or build only {machine} here "
+                    f"(--arch {machine})")
+    raise InputError(str(ctx.release_path), file.source.field or payload.field_for(arch),
                      f"{file.source.location} is an {machine} executable, but it is "
-                     f"packaged for {', '.join(others)}", hint=hint)
+                     f"packaged for {', '.join(packaged_for)}", hint=hint)
 
 
 def _resolve(ctx: Context, field: str, payload: Payload, sample_dest: Path) -> Path:

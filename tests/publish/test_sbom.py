@@ -159,7 +159,7 @@ def test_sbom_lists_every_image_digest_of_the_blueprint_and_the_payload(
         assert images[digest]["externalRefs"][0]["referenceLocator"].startswith(
             f"pkg:oci/{repository.rsplit('/', 1)[1]}@sha256%3A{digest[7:]}")
     # Every file of the release's payload, with the sha256 of what the commit holds.
-    files = load_release(composed_pair.release2).payload
+    files = load_release(composed_pair.release2).payload_for("x86_64")
     assert {"/usr/bin/microshift", "/usr/bin/microshift-etcd"} <= {f.install for f in files}
     payload = {p["comment"].split(",", 1)[0]: p for p in _packages(document)
                if p.get("primaryPackagePurpose") == "APPLICATION"}

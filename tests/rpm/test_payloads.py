@@ -91,7 +91,7 @@ def resolved(tmp_path: Path, payload: dict[str, str]) -> tuple[Path, Path]:
         payload={"files": [{"install": "/usr/bin/microshift", **payload}]}))
     ctx = Context(build_dir=tmp_path / "build", release_path=release,
                   progress=Progress(stream=io.StringIO()))
-    [file] = ctx.release.payload
+    [file] = ctx.release.payload_for("x86_64")
     scratch = tmp_path / "scratch"
     return resolve_payload(ctx, "core", (file,), scratch, "x86_64")[file], scratch
 
@@ -181,7 +181,7 @@ def test_one_executable_for_two_architectures_is_refused_unless_one_is_built(
     release, binary = machine_release(tmp_path, ["x86_64", "aarch64"], "x86_64")
     ctx = Context(build_dir=tmp_path / "build", release_path=release,
                   progress=Progress(stream=io.StringIO()), arch=arch)
-    [file] = ctx.release.payload
+    [file] = ctx.release.payload_for("x86_64")
     for build_arch in ctx.release.architectures:
         if arch is None and build_arch == "aarch64":
             with pytest.raises(InputError) as caught:
@@ -189,8 +189,36 @@ def test_one_executable_for_two_architectures_is_refused_unless_one_is_built(
             assert str(caught.value) == (
                 f"{release}: components.core.payload: {binary} is an x86_64 executable, but "
                 "it is packaged for aarch64 (hint: one payload serves every architecture of "
-                "the release: build aarch64 from a release.yaml of its own, or only x86_64 "
-                "here (--arch x86_64))")
+                "the release: give each its own under components.core.payload (x86_64: "
+                "{...}, aarch64: {...}), or build only x86_64 here (--arch x86_64))")
         else:
             assert resolve_payload(ctx, "core", (file,), tmp_path / "scratch",
                                    build_arch)[file] == binary
+
+
+S390X = b"\x7fELF\x02\x02\x01" + bytes(11) + (22).to_bytes(2, "big")  # an ELF header's start
+
+
+@pytest.mark.parametrize(("form", "packaged_for"), [("single", "x86_64, aarch64"),
+                                                    ("per-arch", "x86_64")])
+def test_a_foreign_executable_is_named_with_the_architectures_it_would_serve(
+        tmp_path: Path, form: str, packaged_for: str) -> None:
+    """The single form packages its file for every architecture; a per-architecture entry
+    for its own only, and the error names that entry."""
+    binary = tmp_path / "microshift-s390x"
+    binary.write_bytes(S390X)
+    entry = {"files": [{"install": "/usr/bin/microshift", "path": str(binary)}]}
+    payload = entry if form == "single" else {"x86_64": entry,
+                                              "aarch64": {"sample": "microshift"}}
+    release = write_release(tmp_path, lambda d: (
+        d.update(architectures=["x86_64", "aarch64"]),
+        d["components"]["core"].update(payload=payload)))
+    ctx = Context(build_dir=tmp_path / "build", release_path=release,
+                  progress=Progress(stream=io.StringIO()))
+    field = "components.core.payload" + (".x86_64" if form == "per-arch" else "")
+    with pytest.raises(InputError) as caught:
+        resolve_payload(ctx, "core", ctx.release.payload_for("x86_64"), tmp_path / "s",
+                        "x86_64")
+    assert str(caught.value) == (
+        f"{release}: {field}.files[0]: {binary} is an s390x executable, but it is packaged "
+        f"for {packaged_for} (hint: use an x86_64 build of /usr/bin/microshift)")
