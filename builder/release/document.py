@@ -26,6 +26,8 @@ IMAGE_REF_RE = re.compile(IMAGE_REF)
 IMAGE_REF_PORTABLE = re.sub(r"\(\?P<\w+>", "(", IMAGE_REF)  # ECMA-262 has no (?P<name>
 SOURCE = r"^(?:sample|(?:oci|oci-archive|docker-archive|dir):.+)$"
 URL = r"^(?:https?|file)://"
+# A payload is downloaded over HTTP(S); a local file is `path:`.
+HTTP_URL = r"^https?://"
 SHA256 = r"^[0-9a-f]{64}$"
 MODE = r"^0?[0-7]{3}$"
 # A normalized absolute path under the read-only, versioned part of an ostree image: /etc
@@ -97,7 +99,8 @@ class _Sources(Model):
     """Where a payload file comes from: path, url (with sha256) or sample."""
 
     path: str | None = Field(None, min_length=1, description="a file, relative to release.yaml")
-    url: str | None = Field(None, pattern=URL, description="an http(s):// or file:// URL")
+    url: str | None = Field(None, pattern=HTTP_URL, description=(
+        "an http(s):// URL (a local file is path:)"))
     sample: SamplePayload | None = None
     sha256: str | None = Field(None, pattern=SHA256, description="64 lowercase hex digits")
 

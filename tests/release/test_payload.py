@@ -82,6 +82,10 @@ def _files(*entries: dict[str, str]) -> object:
      "give exactly one of path, url (with sha256) or sample"),
     (_files({"install": "/usr/bin/microshift", "url": "https://x.invalid/m"}),
      f"{CORE}.payload.files[0].sha256", "is required with url"),
+    # A local file is `path:`; the downloader speaks HTTP(S) only.
+    (_files({"install": "/usr/bin/microshift", "url": "file:///srv/microshift",
+             "sha256": "0" * 64}),
+     f"{CORE}.payload.files[0].url", "an http(s):// URL (a local file is path:)"),
     (lambda d: d["components"]["core"].update(payload={"files": []}),
      f"{CORE}.payload.files", "is empty"),
     (lambda d: d["components"]["core"].update(data_backup="both"),
