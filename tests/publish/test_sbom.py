@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from builder.context import Context
 from builder.publish.contents import CommitContents, InstalledPackage, StoredImage
 from builder.publish.sbom import (
     SbomInputs,
@@ -91,7 +92,7 @@ def sbom(composed_pair: ComposedPair, tmp_path_factory: pytest.TempPathFactory) 
     build = copy_build(composed_pair.build_dir, tmp_path_factory.mktemp("sbom") / "build")
     assert cli("--release", composed_pair.release2, "sbom", "--image", IMAGE,
                "--build-dir", build) == 0
-    return sbom_path(build, IMAGE)
+    return sbom_path(Context(build, composed_pair.release2), IMAGE)
 
 
 def _packages(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -182,4 +183,5 @@ def test_same_commit_gives_the_same_sbom_bytes(sbom: Path, composed_pair: Compos
     again = copy_build(composed_pair.build_dir, tmp_path / "again")
     assert cli("--release", composed_pair.release2, "sbom", "--image", IMAGE,
                "--build-dir", again) == 0
-    assert sbom_path(again, IMAGE).read_bytes() == sbom.read_bytes()
+    assert sbom_path(Context(again, composed_pair.release2), IMAGE).read_bytes() == \
+        sbom.read_bytes()
