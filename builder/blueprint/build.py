@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.blueprint.depsolve import RepoSource, depsolve, repo_sources
-from builder.blueprint.images import component_images, missing_images
+from builder.blueprint.images import check_architectures, component_images, missing_images
 from builder.blueprint.render import BLUEPRINTS_DIR, Profile, load_profile, render_blueprint
 from builder.blueprint.validate import check_blueprint
 from builder.context import Context
@@ -60,6 +60,7 @@ def build_blueprint(ctx: Context, name: str,
             if problems:
                 raise BuildError(f"{shown}: the image cache misses what the components run:\n"
                                  + "\n".join(problems))
+            check_architectures(release, cached, shown)
             ctx.progress.info(f"valid; {len(cached)} images cached by digest")
             documents = _depsolve_all(ctx, profile, data, text, shown)
             files = {toml_path: text.encode()}

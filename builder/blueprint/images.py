@@ -10,6 +10,11 @@ The CRI-O drop-ins a package ships (etc/crio/crio.conf.d/*.conf) are read too: t
 `crio.image.pause_image` is the infra container of every pod, so it must be cached as well.
 Images handed over any other way (environment values, text a plugin script prints) are not
 seen: components keep their pod images in manifest files for this check to work.
+
+Each cached image must also have an image for every architecture of the release
+(builder/release/platforms.py). Images with a local source (sample, oci:, ...) are checked
+here, offline; registry images only when the compose copies them, so this step never
+needs a registry.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ from typing import Any
 
 import yaml
 
-from builder.core.errors import BuildError
+from builder.core.errors import BuildError, InputError
 from builder.core.templates import render_source_tree
 from builder.release.catalog import component
 from builder.release.model import Release
+from builder.release.platforms import release_image, resolve_image
 from builder.release.template_context import component_context
 
 POD_CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
@@ -183,3 +189,20 @@ def component_images(release: Release, components: Sequence[str],
         render_source_tree(component(key).package, component_context(release, key), dest)
         found[key] = scan_tree(dest)
     return found
+
+
+def check_architectures(release: Release, cached: Iterable[str], blueprint: str) -> None:
+    """Refuse the first cached image with a local source that has no image for one of the
+    release's architectures, naming the image, the architecture and the blueprint."""
+    wanted = set(cached)
+    for image in release.images():
+        if image.ref not in wanted or image.source is None:
+            continue
+        pinned = release_image(image, str(release.path))
+        for arch in release.architectures:
+            try:
+                resolve_image(pinned, arch)
+            except InputError as exc:
+                raise InputError(exc.path, exc.field,
+                                 f"{exc.problem}; {blueprint} caches it for a release of "
+                                 f"{', '.join(release.architectures)}", exc.hint) from exc

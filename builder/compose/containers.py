@@ -6,6 +6,12 @@ for rpm-ostree images) copies each image with skopeo into
 directory to `additionalimagestores` in /etc/containers/storage.conf, so CRI-O finds the
 images without any network.
 
+A commit is for one architecture: each image is resolved for it first
+(builder/release/platforms.py), copied with `--override-arch`, and checked in the store
+afterwards: findable by the digest its reference pins (a manifest list's, for a
+multi-architecture image: the store keeps the list beside the chosen image), holding the
+image resolved for the architecture, whose config says that architecture.
+
 containers/storage is not reproducible by itself: it stamps `created` times into
 images.json / layers.json, writes random tokens into its lock files and gives each overlay
 layer a random short link name. `normalize_store` pins all three, so two composes of the
@@ -31,12 +37,19 @@ from builder.compose.inputs import ContainerSpec
 from builder.compose.rootfs import replace_file
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
-from builder.release.model import Image
+from builder.release.model import GOARCH, Image
+from builder.release.platforms import (
+    PinnedImage,
+    config_architecture,
+    digest_of,
+    registry_source,
+    release_image,
+    resolve_image,
+)
 from builder.release.samples import write_oci_layout
 
 STORE = "/usr/share/containers/storage"
 STORAGE_CONF = "etc/containers/storage.conf"
-GOARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 CREATED_RE = re.compile(rb'"created":"[^"]*"')
 STORAGE_CONF_HEADER = (
     "# This file is the configuration file for all tools that use the containers/storage\n"
@@ -47,26 +60,43 @@ STORAGE_CONF_HEADER = (
 
 @dataclass(frozen=True)
 class EmbeddedImage:
+    """An image in the tree's store. `digest` is the one its reference pins (a manifest
+    list's for a multi-architecture image); `instance_digest` the manifest of the image
+    embedded for `arch`, which equals `digest` for a single-architecture image."""
+
     name: str
     digest: str
     source: str
+    arch: str
+    instance_digest: str
+
+    @property
+    def list_digest(self) -> str | None:
+        return self.digest if self.digest != self.instance_digest else None
 
 
-def image_source(spec: ContainerSpec, release_images: Sequence[Image], arch: str,
-                 workdir: Path) -> str:
-    """Where skopeo copies the image from: the release's local source, else the registry."""
+def pinned_image(spec: ContainerSpec, release_images: Sequence[Image],
+                 release_file: str = "release.yaml") -> PinnedImage:
+    """The blueprint's image as release.yaml pins it (its source, its field for errors), or
+    a registry image the release does not name."""
     match = next((img for img in release_images if img.ref == spec.source), None)
-    if match is not None and match.source == "sample":
-        layout = write_oci_layout(workdir / "oci" / match.name, match.component, match.name, arch)
-        if layout.digest != match.digest:
-            raise BuildError(f"sample image {match.name}: generated digest {layout.digest} "
-                             f"differs from release.yaml's {match.digest}",
-                             hint="release.yaml and builder/release/samples.py disagree; "
-                                  "update the ref")
-        return f"oci:{layout.layout}"
-    if match is not None and match.source is not None:
-        return match.source
-    return f"docker://{spec.source}"
+    if match is not None:
+        return release_image(match, release_file, spec.tls_verify)
+    return PinnedImage(spec.source, registry_source(spec.source), tls_verify=spec.tls_verify)
+
+
+def image_source(image: PinnedImage, workdir: Path) -> str:
+    """Where skopeo copies the image from: a SAMPLE image is written as an OCI layout first."""
+    if image.sample is None:
+        return image.source
+    component, name = image.sample
+    layout = write_oci_layout(workdir / "oci" / name, component, name)
+    if layout.digest != image.digest:
+        raise BuildError(f"sample image {name}: generated digest {layout.digest} "
+                         f"differs from release.yaml's {image.digest}",
+                         hint="release.yaml and builder/release/samples.py disagree; "
+                              "update the ref")
+    return f"oci:{layout.layout}"
 
 
 def store_reference(store: Path, runroot: Path, name: str) -> str:
@@ -77,25 +107,32 @@ def store_reference(store: Path, runroot: Path, name: str) -> str:
 
 def embed_images(runner: Runner, tree: Path, specs: Sequence[ContainerSpec],
                  release_images: Sequence[Image], *, arch: str, epoch: int, workdir: Path,
-                 auth_file: Path | None = None) -> list[EmbeddedImage]:
+                 auth_file: Path | None = None,
+                 release_file: str = "release.yaml") -> list[EmbeddedImage]:
+    """Copy each image's `arch` image into the tree's store. Every image is resolved for
+    `arch` first, so an image without one is refused before the store is touched."""
     if not specs:
         return []
+    # Sorted: images.json lists images in copy order, which must not depend on the blueprint.
+    ordered = sorted(specs, key=lambda s: s.name)
+    pinned = [pinned_image(spec, release_images, release_file) for spec in ordered]
+    resolved = [resolve_image(image, arch, runner=runner, auth_file=auth_file)
+                for image in pinned]
     store = tree / STORE.lstrip("/")
     store.mkdir(parents=True, exist_ok=True)
     runroot = workdir / "containers-run"
     embedded: list[EmbeddedImage] = []
-    # Sorted: images.json lists images in copy order, which must not depend on the blueprint.
-    for spec in sorted(specs, key=lambda s: s.name):
-        source = image_source(spec, release_images, arch, workdir)
+    for spec, image, found in zip(ordered, pinned, resolved, strict=True):
+        source = image_source(image, workdir)
         argv = ["skopeo", "copy", "--quiet", "--preserve-digests", "--override-arch",
-                GOARCH.get(arch, arch), "--override-os", "linux"]
+                GOARCH[arch], "--override-os", "linux"]
         if source.startswith("docker://"):
             argv += [f"--src-tls-verify={'true' if spec.tls_verify else 'false'}"]
             if auth_file is not None:
                 argv += ["--src-authfile", str(auth_file)]
         runner.run([*argv, source, store_reference(store, runroot, spec.name)])
-        embedded.append(EmbeddedImage(spec.name, "sha256:" + spec.source.rsplit("@sha256:")[1],
-                                      source))
+        embedded.append(EmbeddedImage(spec.name, image.digest, source, arch,
+                                      found.instance_digest))
     shutil.rmtree(runroot, ignore_errors=True)
     normalize_store(store, epoch)
     verify_store(store, embedded)
@@ -146,7 +183,9 @@ def _rename_overlay_links(overlay: Path) -> None:
 
 
 def verify_store(store: Path, images: Sequence[EmbeddedImage]) -> None:
-    """Each image is in the store under its name, with the digest its reference pins."""
+    """Each image is in the store under its name, reachable by the digest its reference pins,
+    and is the image of its architecture: the manifest resolved for it, whose config says
+    that architecture (what CRI-O runs is the store's `manifest` and its config)."""
     try:
         records: list[dict[str, Any]] = json.loads(
             (store / "overlay-images" / "images.json").read_text())
@@ -156,10 +195,44 @@ def verify_store(store: Path, images: Sequence[EmbeddedImage]) -> None:
         record = next((r for r in records if image.name in r.get("names", [])), None)
         if record is None:
             raise BuildError(f"{image.name} is missing from the embedded store {store}")
-        digests = {record.get("digest"), *record.get("big-data-digests", {}).values()}
-        if image.digest not in digests:
+        digests = record.get("big-data-digests", {})
+        # containers/storage finds an image by any digest of its manifest-* big data.
+        if digests.get(f"manifest-{image.digest}") != image.digest:
             raise BuildError(f"{image.name}: stored with digest {record.get('digest')}, "
                              f"expected {image.digest} (copied from {image.source})")
+        manifest = _big_data(store, record, "manifest")
+        if digest_of(manifest) != image.instance_digest:
+            raise BuildError(f"{image.name}: the store holds image {digest_of(manifest)} for "
+                             f"{image.arch}, expected {image.instance_digest} (the "
+                             f"{image.arch} image of {image.digest})",
+                             hint="skopeo chose another image of the manifest list; "
+                                  "compose again, and report it if it persists")
+        _check_stored_config(store, record, image, manifest)
+
+
+def _check_stored_config(store: Path, record: dict[str, Any], image: EmbeddedImage,
+                         manifest: bytes) -> None:
+    try:
+        config_digest = str(json.loads(manifest)["config"]["digest"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise BuildError(f"{image.name}: its stored manifest names no config") from exc
+    config = _big_data(store, record, config_digest)
+    found = config_architecture(config)
+    if digest_of(config) != config_digest or found != GOARCH[image.arch]:
+        raise BuildError(f"{image.name}: the stored image's config says "
+                         f"{found or 'no architecture'}, not {GOARCH[image.arch]} "
+                         f"({image.arch})")
+
+
+def _big_data(store: Path, record: dict[str, Any], key: str) -> bytes:
+    """One of an image's big-data items, under the file name containers/storage gives it."""
+    plain = all(c == "." or "0" <= c <= "9" or "a" <= c <= "z" for c in key)
+    name = key if plain else "=" + base64.b64encode(key.encode()).decode()
+    path = store / "overlay-images" / str(record.get("id")) / name
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise BuildError(f"{record.get('names')}: the store lacks its {key} ({path})") from exc
 
 
 def write_storage_conf(tree: Path) -> None:

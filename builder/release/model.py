@@ -14,8 +14,12 @@ from builder.release.document import IMAGE_REF_RE, ReleaseDocument
 from builder.release.ostree_config import OstreeSettings, settings_from
 from builder.release.payload import ArchPayloads, Payload, PayloadFile, release_payload
 
-__all__ = ["ArchPayloads", "ComponentRelease", "Image", "Payload", "PayloadFile", "Release",
-           "load_release"]
+__all__ = ["GOARCH", "ArchPayloads", "ComponentRelease", "Image", "Payload", "PayloadFile",
+           "Release", "load_release"]
+
+# A release's architectures as container images name them (OCI `platform.architecture`, the
+# image config's `architecture`, skopeo's --override-arch): Go's GOARCH values.
+GOARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 
 @dataclass(frozen=True)
 class Image:

@@ -10,8 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from builder.blueprint.images import ManifestImage, missing_images, scan_tree
+from builder.blueprint.images import (
+    ManifestImage,
+    check_architectures,
+    missing_images,
+    scan_tree,
+)
 from builder.blueprint.render import (
     GREENBOOT_SERVICES,
     load_profile,
@@ -29,6 +35,7 @@ from builder.blueprint.validate import (
 )
 from builder.core.errors import BuildError, InputError
 from builder.release.model import Release, load_release
+from builder.release.samples import write_oci_layout
 from tests.support.cli import PROJECT_ROOT, RELEASE, run_cli
 
 BLUEPRINTS = PROJECT_ROOT / "blueprints"
@@ -495,3 +502,27 @@ def test_every_profile_passes_the_offline_check_against_the_real_plugins(
     assert run_cli("blueprint", "--image", "all", "--build-dir", build) == 0
     assert sorted(p.name for p in (build / "blueprints").glob("*.toml")) == [
         f"{name}.toml" for name in sorted(SEED_003)]
+
+
+def test_a_two_architecture_release_whose_local_image_lacks_arm64_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    layout = write_oci_layout(tmp_path / "images" / "pause", "core", "pause",
+                              arches=("x86_64",))
+    data = yaml.safe_load(RELEASE.read_text())
+    data["architectures"] = ["x86_64", "aarch64"]
+    ref = f"quay.io/microshift-sample/pause@{layout.digest}"
+    data["components"]["core"]["images"]["pause"] = {"ref": ref, "source": "oci:images/pause"}
+    release = tmp_path / "release.yaml"
+    release.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert run_cli("--release", release, "blueprint", "--image", "microshift-full",
+                   "--build-dir", tmp_path / "build") == 2
+    err = capsys.readouterr().err
+    assert (f"error: {release}: components.core.images.pause.ref: {ref}: no image for aarch64 "
+            "(linux/arm64): its manifest list offers linux/amd64; "
+            "blueprints/microshift-full.toml caches it for a release of x86_64, aarch64") in err
+    assert "Traceback" not in err
+    assert not list((tmp_path / "build").glob("blueprints/*"))
+    # The same image serves a release of x86_64 alone: only the missing architecture stops it.
+    data["architectures"] = ["x86_64"]
+    release.write_text(yaml.safe_dump(data, sort_keys=False))
+    check_architectures(load_release(release), [ref], "blueprints/microshift-full.toml")

@@ -26,9 +26,9 @@ REF = "microshift/x86_64/microshift-edge"
 VERSION = "4.14.2-1"            # release.yaml 4.14.2, release 1: the blueprint's semver too
 # A core image published to a registry (release.yaml without `source`), and one that is not.
 PUBLISHED = ("quay.io/microshift-sample/service-ca@sha256:"
-             "47a1fb639a3d2372a021acb6e87ec1179c1d1b3d6633454cfb108868d7d02e76")
+             "a23ff1bd42dacfe2d52596b0b8ed9202c26b5414bf62c47ead15ca8cff3327d6")
 SAMPLE = ("quay.io/microshift-sample/router@sha256:"
-          "e959e3a2ec6945b9f37449d81d87199ee1d9caad47be7ce4e6c6e021d1fe797e")
+          "16f495b1893581956c93fb326f01ee63c8b5a7d2b23dbacaf341d7e524178941")
 BLUEPRINT = f"""\
 name = "{IMAGE}"
 description = "MicroShift whole stack"

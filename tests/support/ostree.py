@@ -71,7 +71,8 @@ def bumped_release(dest_dir: Path, version: str = "4.14.3",
                    image_revisions: dict[str, int] | None = None) -> Path:
     """release.yaml with another version (what the next release of the fleet looks like),
     and new builds of the named images: IMAGE -> revision of its SAMPLE content, written as
-    an OCI layout beside the file and pinned by its new digest (`source: oci:PATH`)."""
+    an OCI layout beside the file (an image index of every sample architecture, as release
+    1's) and pinned by its new digest (`source: oci:PATH`)."""
     text = RELEASE.read_text()
     new, count = re.subn(r"^version: .*$", f"version: {version}", text, count=1, flags=re.M)
     assert count == 1
@@ -79,8 +80,7 @@ def bumped_release(dest_dir: Path, version: str = "4.14.3",
     images = {img.name: img for img in load_release(RELEASE).images()}
     for name, revision in (image_revisions or {}).items():
         image = images[name]
-        layout = write_oci_layout(dest_dir / "images" / name, image.component, name, "x86_64",
-                                  revision)
+        layout = write_oci_layout(dest_dir / "images" / name, image.component, name, revision)
         new, count = re.subn(
             rf"(\n\s+{re.escape(name)}:\n\s+ref: )\S+(\n\s+source: )sample\b",
             rf"\g<1>{image.repository}@{layout.digest}\g<2>oci:images/{name}", new)
