@@ -86,7 +86,7 @@ def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 
     report = generate_deltas(ctx, DeltaOptions(image=args.image, key=signing_key(ctx, args)))
     ctx.progress.info(report.text())
-    return [("static deltas + report", ctx.path("deltas"))]
+    return [(f"static deltas + report, {ctx.target_arch}", ctx.path("deltas", report.ref))]
 
 
 def _installer(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
