@@ -192,7 +192,10 @@ def test_deltas_sbom_and_installer_per_architecture(two_arch: TwoArch, arch: str
     commit = head(two_arch.repo, two_arch.ref(arch))
     report = json.loads((two_arch.build / "deltas" / two_arch.ref(arch) / "report.json")
                         .read_text())
-    assert report["ref"] == two_arch.ref(arch) and report["to"] == commit
+    assert (report["ref"], report["to_commit"]) == (two_arch.ref(arch), commit)
+    assert [path["from_commit"] for path in report["paths"]] == [None]  # from scratch
+    assert (two_arch.build / "deltas" / two_arch.ref(arch) / report["paths"][0]["offline_file"]
+            ).is_file()
     assert commit in _ostree(f"--repo={two_arch.repo}", "static-delta", "list")
     sbom = json.loads((two_arch.build / "sbom" / f"{IMAGE}-{arch}.spdx.json").read_text())
     assert f"{two_arch.ref(arch)}@{commit}" in json.dumps(sbom)
