@@ -1,4 +1,4 @@
-"""`python -m bench [build] [update] [publish] [ota] [realscale] [--rounds N] [--out DIR]`.
+"""`python -m bench [build] [update] [publish] [ota] [arches] [realscale] [--rounds N] [--out DIR]`.
 
 `nox -s bench` runs it.
 `realscale` (issue 11) is heavy (about half an hour on 2 cores) and runs only when named:
@@ -11,19 +11,19 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import build_times, ota, publish, realscale, update_size
+from bench import arches, build_times, ota, publish, realscale, update_size
 from bench.fixture import SERIES
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build", "update", "publish", "ota", "realscale")
-DEFAULT = ("build", "update", "publish", "ota")
+BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale")
+DEFAULT = ("build", "update", "publish", "ota", "arches")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("which", nargs="*",
-                        help="benchmarks: build, update, publish, ota, realscale "
-                             "(default: build update publish ota)")
+                        help="benchmarks: build, update, publish, ota, arches, realscale "
+                             "(default: build update publish ota arches)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
     parser.add_argument("--release", type=Path, default=ROOT / "release.yaml")
@@ -54,6 +54,10 @@ def main() -> int:
         result = ota.measure(max(1, args.rounds // 2), args.out)
         (args.out / "ota.json").write_text(json.dumps(result, indent=2) + "\n")
         print(ota.report(result))
+    if "arches" in which:
+        result = arches.measure(max(1, args.rounds // 2), args.release.resolve())
+        (args.out / "arches.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(arches.report(result))
     if "realscale" in which:
         series = SERIES[args.series]
         releases = min(args.releases or len(series.payloads), len(series.payloads))
