@@ -54,8 +54,8 @@ class PinnedImage:
     """A reference to resolve, where to read it, and how errors name it."""
 
     ref: str                  # REPOSITORY[:TAG]@sha256:DIGEST
-    source: str               # sample, oci:PATH, oci-archive:PATH, dir:PATH,
-    #                           docker-archive:PATH or docker://REF
+    # sample, oci:PATH, oci-archive:PATH, dir:PATH, docker-archive:PATH or docker://REF
+    source: str
     file: str | None = None   # release.yaml when the release names the image
     field: str = ""           # e.g. components.core.images.pause.ref
     sample: tuple[str, str] | None = None  # (component, name) of a SAMPLE image

@@ -301,7 +301,7 @@ def test_a_local_transport_is_refused_before_any_request(
 
 @pytest.mark.parametrize(("scenario", "expected"), [
     (make_scenario(registry={}), "error: composer: ContainerResolveError: Error resolving "
-     "container: reading manifest sha256:47a1fb63"),
+     "container: reading manifest sha256:a23ff1bd"),
     (make_scenario(depsolve_error="nothing provides cri-o"),
      f"error: composer: BlueprintsError: {IMAGE}: nothing provides cri-o"),
 ])
