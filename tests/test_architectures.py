@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
+import platform
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,9 +61,28 @@ def two_arch(tmp_path_factory: pytest.TempPathFactory) -> TwoArch:
     root = tmp_path_factory.mktemp("two-arch")
     release = two_arch_release(root)
     build = root / "build"
-    proc = _build_image(release, build)
+    # Composing the other architecture's tree must run none of its programs: this machine is
+    # made unable to run them (qemu's handler switched off) for the whole build.
+    foreign = next(arch for arch in ARCHES if arch != platform.machine())
+    with foreign_programs_off(foreign):
+        proc = _build_image(release, build)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return TwoArch(release, build, proc.stderr)
+
+
+@contextmanager
+def foreign_programs_off(arch: str) -> Iterator[None]:
+    """Disable the kernel's binfmt_misc handler for `arch` (qemu-user-static's), if any."""
+    handler = Path("/proc/sys/fs/binfmt_misc") / f"qemu-{arch}"
+    enabled = can_run(arch) and platform.machine() != arch
+    if enabled:
+        handler.write_text("0")
+    try:
+        assert not can_run(arch) or platform.machine() == arch
+        yield
+    finally:
+        if enabled:
+            handler.write_text("1")
 
 
 def _build_image(release: Path, build: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -231,8 +231,10 @@ def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> Labelling:
     ctx.progress.info(f"presets enabled: {', '.join(preset) or 'none'}")
     images = embed_images(ctx.runner, tree, inputs.containers, release.images(),
                           arch=ctx.target_arch, epoch=release.source_date_epoch,
-                          workdir=job.work, auth_file=job.options.auth_file)
-    ctx.progress.info(f"embedded {len(images)} container images in /usr/share/containers/storage")
+                          workdir=job.work, auth_file=job.options.auth_file,
+                          release_file=str(release.path))
+    ctx.progress.info(f"embedded {len(images)} {ctx.target_arch} container images in "
+                      "/usr/share/containers/storage")
     applied = apply_customizations(tree, inputs.customizations, lenient_units=base.is_sample)
     if applied.skipped_units:
         ctx.progress.info("SAMPLE base has no unit file for "
