@@ -18,6 +18,8 @@ A rerun whose tree and version equal the ref's head changes nothing but the summ
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 import shutil
 import signal
@@ -47,6 +49,7 @@ from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo
 from builder.core.signing import SigningKey, stop_agent
+from builder.core.steps import builder_code_digest, canonical_json, file_digest, write_atomic
 
 KILL_ENV = "MICROSHIFT_BUILDER_TEST_KILL_AT"
 STAGES = ("base", "installed", "customized", "committed", "pulled", "signed", "ref-moved")
@@ -173,21 +176,21 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
         _check_same_image(job, parent)
         base = ensure_base(ctx, build_repo, work)
         options.checkpoint("base")
-        tree = work / "tree"
-        with ctx.progress.step("tree: install packages, units, images, customizations"):
-            build_repo.checkout(base.checksum, tree, hardlinks=False, user_mode=False)
-            labelling = _prepare_tree(job, tree, base)
-        commit = _commit(job, tree, base, parent, labelling)
-        options.checkpoint("committed")
-        try:
+        identity = compose_identity(job, base)
+        if parent is not None and _composed_inputs(job) == (parent, identity):
+            ctx.progress.skipped(f"compose {image} ({ctx.target_arch})", identity)
+            changed = False
+            _publish_summary(job)
+        else:
+            commit = _build_commit(job, base, parent)
+            options.checkpoint("committed")
             changed = _publish(job, commit, parent)
-        finally:
-            if options.key is not None:
-                stop_agent(ctx.runner, options.key.homedir)
+            _record_inputs(job, archive.rev_parse(ref) or commit, identity)
         # The orphan compose commit has been copied (or was not needed): keep only the bases.
         build_repo.prune_unreferenced()
     if not changed:
-        commit, parent = parent or commit, archive.parent(parent or commit)
+        assert parent is not None  # unchanged means the ref already held this content
+        commit, parent = parent, archive.parent(parent)
     result = ComposeResult(image, ref, commit, parent, changed, release.evr,
                            time.monotonic() - started, archive.path)
     state = "new commit" if changed else "unchanged: the ref already holds this content"
@@ -270,8 +273,66 @@ def _commit(job: _Job, tree: Path, base: BaseCommit, parent: str | None,
                       **labelling.metadata()})
 
 
+def _build_commit(job: _Job, base: BaseCommit, parent: str | None) -> str:
+    tree = job.work / "tree"
+    with job.ctx.progress.step("tree: install packages, units, images, customizations"):
+        job.build_repo.checkout(base.checksum, tree, hardlinks=False, user_mode=False)
+        labelling = _prepare_tree(job, tree, base)
+    return _commit(job, tree, base, parent, labelling)
+
+
+def compose_identity(job: _Job, base: BaseCommit) -> str:
+    """What a compose's commit is made of: the blueprint, the lock (every RPM's sha256), the
+    base commit, the release's version, epoch and architecture, the ref and the builder's
+    code. Images are pinned by digest in the blueprint."""
+    release = job.ctx.release
+    return hashlib.sha256(canonical_json({
+        "blueprint": file_digest(job.inputs.blueprint_path),
+        "lock": file_digest(job.inputs.lock_path), "base": base.checksum,
+        "release": release.evr, "epoch": release.source_date_epoch,
+        "arch": job.ctx.target_arch, "ref": job.ref, "builder": builder_code_digest(),
+    })).hexdigest()
+
+
+def _inputs_record(job: _Job) -> Path:
+    # Beside the repository, not in the commit: the commit stays a function of its content.
+    return job.ctx.path("ostree", "compose-inputs", f"{job.ref}.json")
+
+
+def _composed_inputs(job: _Job) -> tuple[str, str] | None:
+    """(commit, identity) the last compose onto the ref recorded, if readable."""
+    try:
+        record = json.loads(_inputs_record(job).read_text())
+        return str(record["commit"]), str(record["inputs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_inputs(job: _Job, commit: str, identity: str) -> None:
+    write_atomic(_inputs_record(job), json.dumps({"commit": commit, "inputs": identity},
+                                                 sort_keys=True) + "\n")
+
+
+def _publish_summary(job: _Job) -> None:
+    """A compose that changed nothing still refreshes the summary: a compose killed after
+    moving the ref left it stale."""
+    try:
+        job.archive.summary_update(job.options.key)
+    finally:
+        if job.options.key is not None:
+            stop_agent(job.ctx.runner, job.options.key.homedir)
+
+
 def _publish(job: _Job, commit: str, parent: str | None) -> bool:
     """Copy the commit into the archive repo, sign it, move the ref, update the summary."""
+    try:
+        return _publish_commit(job, commit, parent)
+    finally:
+        if job.options.key is not None:
+            stop_agent(job.ctx.runner, job.options.key.homedir)
+
+
+def _publish_commit(job: _Job, commit: str, parent: str | None) -> bool:
     archive, options = job.archive, job.options
     with job.ctx.progress.step(f"publish to {archive.path}"):
         unchanged = parent is not None and (

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -150,3 +151,14 @@ def write_atomic(path: Path, data: bytes | str, mode: int = 0o644) -> int:
         Path(tmp).unlink(missing_ok=True)
         raise
     return len(raw)
+
+
+@lru_cache(maxsize=1)
+def builder_code_digest() -> str:
+    """sha256 over the builder package's own Python sources: part of the identity of a step
+    whose output this code shapes beyond its declared inputs (a compose's tree), so a new
+    builder never reuses what an old one made."""
+    package = Path(__file__).resolve().parent.parent
+    return hashlib.sha256(canonical_json({
+        path.relative_to(package).as_posix(): file_digest(path)
+        for path in sorted(package.rglob("*.py"))})).hexdigest()

@@ -18,6 +18,7 @@ checksum), and only then renamed into place: a failure leaves no half-written IS
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from builder.core.errors import BuildError
 from builder.core.ostree import Repo, commit_signed
 from builder.core.progress import Progress
 from builder.core.runner import Runner
+from builder.core.steps import builder_code_digest, canonical_json, file_digest
 from builder.installer import bootiso
 from builder.installer.kickstart import ISO_REPO_DIR, write_kickstart
 
@@ -122,8 +124,14 @@ def volume_id_for(image: str) -> str:
 
 # --- building ---------------------------------------------------------------------------
 def build_installer_iso(runner: Runner, progress: Progress, request: IsoRequest) -> Manifest:
-    """Write request.output (and its .json sidecar) or nothing at all."""
+    """Write request.output (and its .json sidecar) or nothing at all; an ISO already
+    written from the same inputs is kept."""
     request.output.parent.mkdir(parents=True, exist_ok=True)
+    identity = iso_identity(runner, request)
+    kept = _kept_manifest(request.output, identity)
+    if kept is not None:
+        progress.skipped(f"installer {request.output.name}", identity)
+        return kept
     listing = None
     if request.boot_iso is not None:
         with progress.step("inspect boot ISO"):
@@ -143,7 +151,7 @@ def build_installer_iso(runner: Runner, progress: Progress, request: IsoRequest)
             checks = verify_iso(runner, iso, manifest, work / "verify", boot_iso=listing)
             for check in checks:
                 progress.info(f"ok: {check}")
-        _publish(iso, manifest, request.output)
+        _publish(iso, manifest, request.output, identity)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     progress.wrote(str(request.output), request.output.stat().st_size)
@@ -207,12 +215,40 @@ def clamp_mtimes(root: Path, epoch: int) -> None:
             os.utime(path, (epoch, epoch))
 
 
-def _publish(iso: Path, manifest: Manifest, output: Path) -> None:
+def iso_identity(runner: Runner, request: IsoRequest) -> str:
+    """What an ISO is made of: the commit, the kickstart, the SBOM, the boot ISO, the epoch
+    and the builder's code."""
+    return hashlib.sha256(canonical_json({
+        "image": request.image, "ref": request.ref,
+        "commit": Repo(request.source_repo, runner).rev_parse(request.ref),
+        "kickstart": hashlib.sha256(request.kickstart.encode()).hexdigest(),
+        "private": request.kickstart_private, "epoch": request.source_date_epoch,
+        "sbom": file_digest(request.sbom) if request.sbom is not None else None,
+        "boot_iso": file_digest(request.boot_iso) if request.boot_iso is not None else None,
+        "builder": builder_code_digest(),
+    })).hexdigest()
+
+
+def _kept_manifest(output: Path, identity: str) -> Manifest | None:
+    """The manifest of the ISO at `output` when its sidecar says it was made from these
+    inputs and the ISO still has the size it had."""
+    try:
+        sidecar = json.loads(output.with_suffix(".json").read_text())
+        if sidecar.get("inputs") != identity or \
+                sidecar["iso"]["bytes"] != output.stat().st_size:
+            return None
+        fields = {f.name for f in dataclasses.fields(Manifest)}
+        return Manifest(**{key: value for key, value in sidecar.items() if key in fields})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _publish(iso: Path, manifest: Manifest, output: Path, identity: str) -> None:
     digest = hashlib.sha256()
     with iso.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
-    sidecar: dict[str, Any] = {**asdict(manifest), "iso": {
+    sidecar: dict[str, Any] = {**asdict(manifest), "inputs": identity, "iso": {
         "file": output.name, "bytes": iso.stat().st_size, "sha256": digest.hexdigest()}}
     sidecar_path = output.with_suffix(".json")
     tmp_json = iso.with_suffix(".json")
