@@ -24,15 +24,14 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from tests.support.deltas import TinyDelta, make_tiny_delta, ostree
+from tests.support.deltas import NO_FALLBACK, TinyDelta, ostree, scratch_delta, tiny_delta
 
-NO_FALLBACK = ("--min-fallback-size=0",)
 OTHER = "ab" * 32  # a commit no repository here holds
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyDelta:
-    return make_tiny_delta(tmp_path_factory.mktemp("tiny"), *NO_FALLBACK)
+    return tiny_delta(tmp_path_factory.mktemp("tiny") / "tiny", *NO_FALLBACK)
 
 
 @pytest.fixture(scope="module")
@@ -106,12 +105,10 @@ def test_a_superblock_that_records_no_byte_order_is_read_little_endian(
 @pytest.mark.parametrize("endianness", ["l", "B"])
 def test_fallback_entries_are_counted_as_ostree_counts_them(tmp_path: Path,
                                                             endianness: str) -> None:
-    tiny = make_tiny_delta(tmp_path / "fallback", "--min-fallback-size=1",
-                           f"--set-endianness={endianness}")
+    tiny = tiny_delta(tmp_path / "fallback", "--min-fallback-size=1",
+                      f"--set-endianness={endianness}")
     file = tmp_path / offline_name(tiny.old, tiny.new)
-    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           "--min-fallback-size=1", f"--set-endianness={endianness}", "--inline",
-           f"--filename={file}")
+    shutil.copyfile(tiny.inline, file)  # `static-delta generate --inline` of that delta
     count = show(tiny.repo, tiny.old, tiny.new, "Number of fallback entries")
     size = show(tiny.repo, tiny.old, tiny.new, "Total Fallback Size")
     assert refusal(file) == (
@@ -122,11 +119,7 @@ def test_fallback_entries_are_counted_as_ostree_counts_them(tmp_path: Path,
 
 def test_each_part_of_a_delta_in_several_parts_is_checked(tiny: TinyDelta,
                                                           tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(tiny.repo, repo)
-    ostree(repo, "static-delta", "delete", f"{tiny.old}-{tiny.new}")
-    ostree(repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           *NO_FALLBACK, "--max-chunk-size=1")
+    repo = tiny_delta(tmp_path / "chunks", *NO_FALLBACK, "--max-chunk-size=1").repo
     parts = show(repo, tiny.old, tiny.new, "Number of parts")
     assert parts == 2
     delta = delta_dir(repo, tiny.old, tiny.new)
@@ -173,10 +166,8 @@ def test_an_apply_that_delivers_no_commit_is_not_believed(tiny: TinyDelta, good:
 def scratch(tiny: TinyDelta, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """empty-NEW.delta: the file for a device that holds none of the fleet's commits."""
     root = tmp_path_factory.mktemp("scratch")
-    shutil.copytree(tiny.repo, root / "repo")
-    ostree(root / "repo", "static-delta", "generate", "--empty", f"--to={tiny.new}",
-           *NO_FALLBACK)
-    return root / write_offline_file(delta_dir(root / "repo", None, tiny.new),
+    repo = scratch_delta(root / "scratch", *NO_FALLBACK).repo
+    return root / write_offline_file(delta_dir(repo, None, tiny.new),
                                      root / offline_name(None, tiny.new), None).file
 
 
