@@ -42,13 +42,13 @@ def entry_key(build: Callable[..., None], inputs: tuple[str, ...], tools: tuple[
 
 
 def cached_copy(dest: Path, build: Callable[..., None], *inputs: str,
-                tools: tuple[str, ...] = ("ostree",)) -> Path:
+                tools: tuple[str, ...] = ("ostree",), cache: Path = CACHE) -> Path:
     """`build(DIR, *inputs)`'s output, made once per key, copied to `dest` (made here)."""
     name = build.__name__.strip("_")
-    entry = CACHE / f"{name}-{entry_key(build, inputs, tools)}"
+    entry = cache / f"{name}-{entry_key(build, inputs, tools)}"
     if not entry.is_dir():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        draft = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=CACHE))
+        cache.mkdir(parents=True, exist_ok=True)
+        draft = Path(tempfile.mkdtemp(prefix=f".{entry.name}.", dir=cache))
         try:
             build(draft, *inputs)
             try:
