@@ -9,6 +9,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
+from tests.support import requires
 from tests.support.deltas import (
     NO_FALLBACK,
     TinyDelta,
@@ -265,7 +268,7 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[TinyDelta, Path, P
 def trusting(tmp_path: Path, tiny: TinyDelta, how: str, key: Path | None) -> Path:
     device = device_with(tmp_path, tiny, tiny.old)
     options = {"keypath": [f"--set=gpgkeypath={key}"], "import": [f"--gpg-import={key}"],
-               "none": []}[how]
+               "none": [], "empty keypath": ["--set=gpgkeypath="]}[how]
     ostree(device, "remote", "add", "--set=gpg-verify=true", *options, "origin",
            "http://updates.example.com/repo")
     return device
@@ -293,11 +296,13 @@ def test_a_delta_to_a_commit_another_key_signed_is_refused(
         "removes them)")
 
 
+@pytest.mark.parametrize("how", ["none", "empty keypath"])
 def test_a_remote_without_keys_verifies_nothing(signed: tuple[TinyDelta, Path, Path],
-                                                tmp_path: Path) -> None:
+                                                tmp_path: Path, how: str) -> None:
+    """An empty gpgkeypath names no keyring (a pull from that remote verifies nothing)."""
     tiny, _, _ = signed
     written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
-    device = trusting(tmp_path, tiny, "none", None)
+    device = trusting(tmp_path, tiny, how, None)
     with pytest.raises(OfflineDeltaError) as caught:
         apply_offline(Runner(), device, tmp_path / written.file, "origin")
     assert str(caught.value) == (f"remote 'origin' of {device} has no GPG keys to verify with "
@@ -323,6 +328,28 @@ def test_a_file_that_cannot_be_put_in_place_leaves_nothing_behind(tiny: TinyDelt
     with pytest.raises(IsADirectoryError):
         write_offline_file(tiny.delta, out / "taken.delta", "1")
     assert [p.name for p in out.iterdir()] == ["taken.delta"]
+
+
+@pytest.fixture
+def usb(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of its own, as a USB stick is (a tmpfs)."""
+    requires.need_root("mounting a tmpfs")
+    mount = tmp_path / "usb"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_file_written_onto_another_filesystem_is_put_in_place(tiny: TinyDelta,
+                                                                usb: Path) -> None:
+    """Straight onto a USB stick: the draft is written beside the file, so putting it in
+    place is a rename on that filesystem (from the temporary directory it would fail with
+    "Invalid cross-device link")."""
+    assert usb.stat().st_dev != Path(tempfile.gettempdir()).stat().st_dev
+    written = write_offline_file(tiny.delta, usb / offline_name(tiny.old, tiny.new), "1")
+    assert [p.name for p in usb.iterdir()] == [written.file]
+    assert check_offline_file(usb / written.file).sha256 == written.sha256
 
 
 def test_a_big_endian_delta_is_written_and_applies(tiny: TinyDelta, tmp_path: Path) -> None:

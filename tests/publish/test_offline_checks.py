@@ -102,6 +102,22 @@ def test_a_superblock_that_records_no_byte_order_is_read_little_endian(
     assert (checked.to_commit, checked.parts) == (tiny.new, 1)
 
 
+def test_metadata_this_code_does_not_know_is_passed_over_as_ostree_does(
+        tiny: TinyDelta, good: Path, tmp_path: Path) -> None:
+    """A newer ostree may record more in the superblock's metadata (here a byte saying "B"
+    before `ostree.endianness`); ostree looks its keys up by name, and so must the check,
+    or it would read a little-endian file's part headers big-endian and refuse it."""
+    def newer(value: list[Any]) -> None:
+        value[0] = [("ostree.newer-flag", gvariant.Variant("y", b"B")), *value[0]]
+    file = rewritten(good, tmp_path / good.name, newer)
+    checked = check_offline_file(file)
+    assert (checked.from_commit, checked.to_commit, checked.parts) == (tiny.old, tiny.new, 1)
+    device = tmp_path / "device"
+    ostree(device, "init", "--mode=bare")
+    ostree(device, "pull-local", str(tiny.repo), tiny.old)
+    assert apply_offline(Runner(), device, file) == tiny.new  # ostree applies it too
+
+
 @pytest.mark.parametrize("endianness", ["l", "B"])
 def test_fallback_entries_are_counted_as_ostree_counts_them(tmp_path: Path,
                                                             endianness: str) -> None:

@@ -70,8 +70,11 @@ def make_tiny_delta(root: Path, *generate_args: str) -> TinyDelta:
         for path, data in files.items():
             (tree / path).parent.mkdir(parents=True, exist_ok=True)
             (tree / path).write_bytes(data)
+        # Metadata as a composed commit carries it (Repo.commit writes it sorted): another
+        # string before `version`.
         commits[name] = ostree(repo, "commit", "--branch=test", f"--tree=dir={tree}",
                                f"--timestamp=2023-01-0{day}T00:00:00Z",
+                               "--add-metadata-string=microshift.image=tiny",
                                f"--add-metadata-string=version={day}").strip()
     ostree(repo, "static-delta", "generate", f"--from={commits['old']}",
            f"--to={commits['new']}", *generate_args)
