@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.cache import cached_copy
+from tests.support.cache import cached_copy, sources_digest
 from tests.support.deltas import NO_FALLBACK, make_tiny_delta, ostree, tiny_delta
 
 
@@ -24,7 +24,22 @@ def test_an_entry_is_built_once_per_input_and_handed_out_as_a_copy(tmp_path: Pat
     assert [inputs for _, inputs in built] == [("a",), ("b",)]
     assert (second / "made").read_text() == "a" and (other / "made").read_text() == "b"
     assert not any(root.exists() for root, _ in built)  # drafts were renamed into place
-    assert len([p for p in cache.iterdir() if not p.name.startswith(".")]) == 2
+    [generation] = cache.iterdir()
+    assert generation.name == sources_digest() and len(list(generation.iterdir())) == 2
+
+
+def test_entries_made_by_other_sources_are_removed_with_the_first_new_one(
+        tmp_path: Path) -> None:
+    """An edit of tests/support/ makes every entry again; the old ones must not pile up."""
+    cache = tmp_path / "cache"
+    stale = cache / ("0" * 16) / "tiny-1234"
+    stale.mkdir(parents=True)
+    cached_copy(tmp_path / "copy", _made, "a", tools=(), cache=cache)
+    assert [p.name for p in cache.iterdir()] == [sources_digest()]
+
+
+def _made(root: Path, *inputs: str) -> None:
+    (root / "made").write_text(" ".join(inputs))
 
 
 def test_a_cached_tiny_delta_is_the_one_make_tiny_delta_makes(tmp_path: Path) -> None:
