@@ -149,7 +149,7 @@ def _byteorder(metadata: Sequence[tuple[str, Variant]]) -> str:
     """ostree writes part headers in the generating host's order and records it."""
     for key, variant in metadata:
         if key == "ostree.endianness" and variant.type == "y":
-            return "big" if _raw(variant.data)[:1] == b"B" else "little"
+            return "big" if _raw(variant.data) == b"B" else "little"
     return "little"
 
 
@@ -209,10 +209,10 @@ def check_offline_file(path: Path) -> CheckedFile:
         raise OfflineDeltaError(f"{path}: no such file")
     with mapped(path) as view:
         superblock = parse_superblock(view, path.name)
-        problems = _problems(superblock)
-        if problems:
-            raise OfflineDeltaError(f"{path.name}: {problems[0]}",
-                                    hint=" ".join(problems[1:]) or None)
+        problem = _problem(superblock)
+        if problem is not None:
+            what, hint = problem
+            raise OfflineDeltaError(f"{path.name}: {what}", hint=hint)
         checked = CheckedFile(superblock.from_commit, superblock.to_commit,
                               superblock.to_version, len(superblock.parts),
                               hashlib.sha256(view).hexdigest())
@@ -227,31 +227,32 @@ def check_offline_file(path: Path) -> CheckedFile:
     return checked
 
 
-def _problems(superblock: Superblock) -> list[str]:
+def _problem(superblock: Superblock) -> tuple[str, str] | None:
+    """What makes the file unusable, and what to do about it; None when nothing does."""
     if superblock.fallbacks:
         size = sum(superblock.fallbacks)
-        return [f"cannot be applied offline: it leaves {len(superblock.fallbacks)} objects "
+        return (f"cannot be applied offline: it leaves {len(superblock.fallbacks)} objects "
                 f"({size} bytes) to be fetched over HTTP (fallback entries)",
                 "regenerate it with `python -m builder deltas`, which writes no fallback "
-                "entries"]
+                "entries")
     if hashlib.sha256(superblock.commit).hexdigest() != superblock.to_commit:
-        return [f"the commit inside does not match its checksum {superblock.to_commit[:12]}: "
-                "the file is damaged", "copy it again"]
+        return (f"the commit inside does not match its checksum {superblock.to_commit[:12]}: "
+                "the file is damaged", "copy it again")
     for index, header in enumerate(superblock.parts):
         if header.version > PART_VERSION:
-            return [f"part {index} has format version {header.version}; this ostree "
-                    f"applies up to {PART_VERSION}", "generate it with the fleet's ostree"]
+            return (f"part {index} has format version {header.version}; this ostree "
+                    f"applies up to {PART_VERSION}", "generate it with the fleet's ostree")
         part = superblock.inline_part(index)
         if part is None:
-            return [f"part {index} of {len(superblock.parts)} is not inside the file (a "
+            return (f"part {index} of {len(superblock.parts)} is not inside the file (a "
                     "repository superblock, not an offline delta)",
-                    "use the FROM-TO.delta files from DIR/deltas/REF/"]
+                    "use the FROM-TO.delta files from DIR/deltas/REF/")
         data = part.data
         assert isinstance(data, memoryview)
         if len(data) != header.compressed or hashlib.sha256(data).hexdigest() != header.checksum:
-            return [f"part {index} is damaged: its sha256 or size differs from the superblock's "
-                    f"{header.checksum[:12]} ({header.compressed} bytes)", "copy it again"]
-    return []
+            return (f"part {index} is damaged: its sha256 or size differs from the superblock's "
+                    f"{header.checksum[:12]} ({header.compressed} bytes)", "copy it again")
+    return None
 
 
 # --- writing ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,15 +26,20 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from tests.support.deltas import TinyDelta, make_tiny_delta, ostree
-from tests.support.keys import make_release_key
-
-NO_FALLBACK = ("--min-fallback-size=0",)
+from tests.support import requires
+from tests.support.deltas import (
+    NO_FALLBACK,
+    TinyDelta,
+    ostree,
+    scratch_delta,
+    signed_delta,
+    tiny_delta,
+)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyDelta:
-    return make_tiny_delta(tmp_path_factory.mktemp("tiny"), *NO_FALLBACK)
+    return tiny_delta(tmp_path_factory.mktemp("tiny") / "tiny", *NO_FALLBACK)
 
 
 def device_with(tmp_path: Path, tiny: TinyDelta, commit: str | None) -> Path:
@@ -46,9 +52,7 @@ def device_with(tmp_path: Path, tiny: TinyDelta, commit: str | None) -> Path:
 
 def assert_as_ostree_inline_writes(tiny: TinyDelta, tmp_path: Path) -> None:
     ours = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
-    theirs = tmp_path / "ostree-inline.delta"
-    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           *NO_FALLBACK, "--inline", f"--filename={theirs}")
+    theirs = tiny.inline  # `static-delta generate --inline` of the same delta
     mine, reference = (tmp_path / ours.file).read_bytes(), theirs.read_bytes()
     assert len(mine) == len(reference)
     # Only the superblock's generation timestamp (8 bytes, big-endian) may differ.
@@ -116,10 +120,9 @@ def test_file_applies_with_ostree_on_a_device_holding_the_old_commit(
 
 def test_a_file_with_fallback_entries_is_refused_and_the_device_untouched(
         tmp_path: Path) -> None:
-    tiny = make_tiny_delta(tmp_path / "fallback", "--min-fallback-size=1")
+    tiny = tiny_delta(tmp_path / "fallback", "--min-fallback-size=1")
     file = tmp_path / offline_name(tiny.old, tiny.new)
-    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           "--min-fallback-size=1", "--inline", f"--filename={file}")
+    shutil.copyfile(tiny.inline, file)
     device = device_with(tmp_path, tiny, tiny.old)
     with pytest.raises(OfflineDeltaError, match=r"cannot be applied offline: it leaves 1 "
                                                 r"objects .* over HTTP"):
@@ -256,33 +259,16 @@ def test_applying_to_a_directory_that_is_no_repository_is_refused(tiny: TinyDelt
 
 
 @pytest.fixture(scope="module")
-def signed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[TinyDelta, Path, Path]]:
+def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[TinyDelta, Path, Path]:
     """A tiny delta to a commit signed by a release key; that key's and another key's
     public halves."""
-    root = tmp_path_factory.mktemp("signed")
-    tiny = make_tiny_delta(root / "tiny", *NO_FALLBACK)
-    publics = []
-    for name in ("release", "other"):
-        home = root / name
-        fingerprint = make_release_key(home)
-        if name == "release":
-            ostree(tiny.repo, "gpg-sign", f"--gpg-homedir={home}", tiny.new, fingerprint)
-        public = root / f"{name}.asc"
-        public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--armor", "--export"],
-                                          check=True, capture_output=True).stdout)
-        publics.append(public)
-    # The delta again, now that the commit carries its signature.
-    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           *NO_FALLBACK)
-    yield tiny, publics[0], publics[1]
-    for name in ("release", "other"):
-        subprocess.run(["gpgconf", "--homedir", str(root / name), "--kill", "all"], check=False)
+    return signed_delta(tmp_path_factory.mktemp("signed") / "signed", *NO_FALLBACK)
 
 
 def trusting(tmp_path: Path, tiny: TinyDelta, how: str, key: Path | None) -> Path:
     device = device_with(tmp_path, tiny, tiny.old)
     options = {"keypath": [f"--set=gpgkeypath={key}"], "import": [f"--gpg-import={key}"],
-               "none": []}[how]
+               "none": [], "empty keypath": ["--set=gpgkeypath="]}[how]
     ostree(device, "remote", "add", "--set=gpg-verify=true", *options, "origin",
            "http://updates.example.com/repo")
     return device
@@ -310,11 +296,13 @@ def test_a_delta_to_a_commit_another_key_signed_is_refused(
         "removes them)")
 
 
+@pytest.mark.parametrize("how", ["none", "empty keypath"])
 def test_a_remote_without_keys_verifies_nothing(signed: tuple[TinyDelta, Path, Path],
-                                                tmp_path: Path) -> None:
+                                                tmp_path: Path, how: str) -> None:
+    """An empty gpgkeypath names no keyring (a pull from that remote verifies nothing)."""
     tiny, _, _ = signed
     written = write_offline_file(tiny.delta, tmp_path / offline_name(tiny.old, tiny.new), "1")
-    device = trusting(tmp_path, tiny, "none", None)
+    device = trusting(tmp_path, tiny, how, None)
     with pytest.raises(OfflineDeltaError) as caught:
         apply_offline(Runner(), device, tmp_path / written.file, "origin")
     assert str(caught.value) == (f"remote 'origin' of {device} has no GPG keys to verify with "
@@ -324,9 +312,7 @@ def test_a_remote_without_keys_verifies_nothing(signed: tuple[TinyDelta, Path, P
 def test_a_file_from_scratch_applies_on_an_empty_repository(tiny: TinyDelta,
                                                             tmp_path: Path) -> None:
     """For a device that holds none of the fleet's commits: empty-TO.delta."""
-    repo = tmp_path / "repo"
-    shutil.copytree(tiny.repo, repo)
-    ostree(repo, "static-delta", "generate", "--empty", f"--to={tiny.new}", *NO_FALLBACK)
+    repo = scratch_delta(tmp_path / "scratch", *NO_FALLBACK).repo
     written = write_offline_file(delta_dir(repo, None, tiny.new),
                                  tmp_path / offline_name(None, tiny.new), None)
     assert (written.file, written.from_commit) == (f"empty-{tiny.new}.delta", None)
@@ -344,13 +330,32 @@ def test_a_file_that_cannot_be_put_in_place_leaves_nothing_behind(tiny: TinyDelt
     assert [p.name for p in out.iterdir()] == ["taken.delta"]
 
 
+@pytest.fixture
+def usb(tmp_path: Path) -> Iterator[Path]:
+    """A filesystem of its own, as a USB stick is (a tmpfs)."""
+    requires.need_root("mounting a tmpfs")
+    mount = tmp_path / "usb"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_file_written_onto_another_filesystem_is_put_in_place(tiny: TinyDelta,
+                                                                usb: Path) -> None:
+    """Straight onto a USB stick: the draft is written beside the file, so putting it in
+    place is a rename on that filesystem (from the temporary directory it would fail with
+    "Invalid cross-device link")."""
+    assert usb.stat().st_dev != Path(tempfile.gettempdir()).stat().st_dev
+    written = write_offline_file(tiny.delta, usb / offline_name(tiny.old, tiny.new), "1")
+    assert [p.name for p in usb.iterdir()] == [written.file]
+    assert check_offline_file(usb / written.file).sha256 == written.sha256
+
+
 def test_a_big_endian_delta_is_written_and_applies(tiny: TinyDelta, tmp_path: Path) -> None:
     """A delta generated on a big-endian host (or with --set-endianness=B): its part
     headers are read in that order, and the file is still ostree's own inline file."""
-    repo = tmp_path / "repo"
-    shutil.copytree(tiny.repo, repo)
-    ostree(repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           *NO_FALLBACK, "--set-endianness=B")
+    repo = tiny_delta(tmp_path / "big", *NO_FALLBACK, "--set-endianness=B").repo
     written = write_offline_file(delta_dir(repo, tiny.old, tiny.new),
                                  tmp_path / offline_name(tiny.old, tiny.new), "1")
     little = write_offline_file(tiny.delta, tmp_path / "little.delta", "1")

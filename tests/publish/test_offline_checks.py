@@ -24,15 +24,14 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from tests.support.deltas import TinyDelta, make_tiny_delta, ostree
+from tests.support.deltas import NO_FALLBACK, TinyDelta, ostree, scratch_delta, tiny_delta
 
-NO_FALLBACK = ("--min-fallback-size=0",)
 OTHER = "ab" * 32  # a commit no repository here holds
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyDelta:
-    return make_tiny_delta(tmp_path_factory.mktemp("tiny"), *NO_FALLBACK)
+    return tiny_delta(tmp_path_factory.mktemp("tiny") / "tiny", *NO_FALLBACK)
 
 
 @pytest.fixture(scope="module")
@@ -103,15 +102,29 @@ def test_a_superblock_that_records_no_byte_order_is_read_little_endian(
     assert (checked.to_commit, checked.parts) == (tiny.new, 1)
 
 
+def test_metadata_this_code_does_not_know_is_passed_over_as_ostree_does(
+        tiny: TinyDelta, good: Path, tmp_path: Path) -> None:
+    """A newer ostree may record more in the superblock's metadata (here a byte saying "B"
+    before `ostree.endianness`); ostree looks its keys up by name, and so must the check,
+    or it would read a little-endian file's part headers big-endian and refuse it."""
+    def newer(value: list[Any]) -> None:
+        value[0] = [("ostree.newer-flag", gvariant.Variant("y", b"B")), *value[0]]
+    file = rewritten(good, tmp_path / good.name, newer)
+    checked = check_offline_file(file)
+    assert (checked.from_commit, checked.to_commit, checked.parts) == (tiny.old, tiny.new, 1)
+    device = tmp_path / "device"
+    ostree(device, "init", "--mode=bare")
+    ostree(device, "pull-local", str(tiny.repo), tiny.old)
+    assert apply_offline(Runner(), device, file) == tiny.new  # ostree applies it too
+
+
 @pytest.mark.parametrize("endianness", ["l", "B"])
 def test_fallback_entries_are_counted_as_ostree_counts_them(tmp_path: Path,
                                                             endianness: str) -> None:
-    tiny = make_tiny_delta(tmp_path / "fallback", "--min-fallback-size=1",
-                           f"--set-endianness={endianness}")
+    tiny = tiny_delta(tmp_path / "fallback", "--min-fallback-size=1",
+                      f"--set-endianness={endianness}")
     file = tmp_path / offline_name(tiny.old, tiny.new)
-    ostree(tiny.repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           "--min-fallback-size=1", f"--set-endianness={endianness}", "--inline",
-           f"--filename={file}")
+    shutil.copyfile(tiny.inline, file)  # `static-delta generate --inline` of that delta
     count = show(tiny.repo, tiny.old, tiny.new, "Number of fallback entries")
     size = show(tiny.repo, tiny.old, tiny.new, "Total Fallback Size")
     assert refusal(file) == (
@@ -122,11 +135,7 @@ def test_fallback_entries_are_counted_as_ostree_counts_them(tmp_path: Path,
 
 def test_each_part_of_a_delta_in_several_parts_is_checked(tiny: TinyDelta,
                                                           tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(tiny.repo, repo)
-    ostree(repo, "static-delta", "delete", f"{tiny.old}-{tiny.new}")
-    ostree(repo, "static-delta", "generate", f"--from={tiny.old}", f"--to={tiny.new}",
-           *NO_FALLBACK, "--max-chunk-size=1")
+    repo = tiny_delta(tmp_path / "chunks", *NO_FALLBACK, "--max-chunk-size=1").repo
     parts = show(repo, tiny.old, tiny.new, "Number of parts")
     assert parts == 2
     delta = delta_dir(repo, tiny.old, tiny.new)
@@ -173,10 +182,8 @@ def test_an_apply_that_delivers_no_commit_is_not_believed(tiny: TinyDelta, good:
 def scratch(tiny: TinyDelta, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """empty-NEW.delta: the file for a device that holds none of the fleet's commits."""
     root = tmp_path_factory.mktemp("scratch")
-    shutil.copytree(tiny.repo, root / "repo")
-    ostree(root / "repo", "static-delta", "generate", "--empty", f"--to={tiny.new}",
-           *NO_FALLBACK)
-    return root / write_offline_file(delta_dir(root / "repo", None, tiny.new),
+    repo = scratch_delta(root / "scratch", *NO_FALLBACK).repo
+    return root / write_offline_file(delta_dir(repo, None, tiny.new),
                                      root / offline_name(None, tiny.new), None).file
 
 

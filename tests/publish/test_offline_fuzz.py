@@ -17,12 +17,12 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from tests.support.deltas import TinyDelta, make_tiny_delta
+from tests.support.deltas import NO_FALLBACK, TinyDelta, tiny_delta
 
 
 @pytest.fixture(scope="module")
 def original(tmp_path_factory: pytest.TempPathFactory) -> tuple[TinyDelta, bytes]:
-    tiny = make_tiny_delta(tmp_path_factory.mktemp("tiny"), "--min-fallback-size=0")
+    tiny = tiny_delta(tmp_path_factory.mktemp("tiny") / "tiny", *NO_FALLBACK)
     folder = tmp_path_factory.mktemp("offline")
     written = write_offline_file(tiny.delta, folder / offline_name(tiny.old, tiny.new), "1")
     return tiny, (folder / written.file).read_bytes()

@@ -14,7 +14,7 @@ from builder.publish.deltas import run_parallel
 from builder.publish.encodings import delta_encodings
 from builder.publish.offline import parse_superblock
 from builder.publish.plan import MB, PathPlan, parse_size, plan_path, similar_pairs
-from tests.support.deltas import make_tiny_delta
+from tests.support.deltas import NO_FALLBACK, tiny_delta
 
 GB = 1 << 30
 
@@ -139,7 +139,7 @@ def test_a_failing_path_fails_the_run() -> None:
 
 
 def test_encodings_read_from_a_real_delta(tmp_path: Path) -> None:
-    tiny = make_tiny_delta(tmp_path, "--min-fallback-size=0")
+    tiny = tiny_delta(tmp_path / "tiny", *NO_FALLBACK)
     superblock = parse_superblock(memoryview((tiny.delta / "superblock").read_bytes()), "sb")
     encodings = delta_encodings(tiny.delta, superblock)
     repo_files = {file.path: file.checksum for file in Repo(tiny.repo, Runner()).files(tiny.new)}
