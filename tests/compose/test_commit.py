@@ -3,6 +3,7 @@ crash-safe. Integration tests run rpm, ostree, skopeo and gpg for real (as root)
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tomllib
@@ -120,6 +121,27 @@ def test_recompose_of_unchanged_inputs_keeps_the_ref(composed_pair: ComposedPair
     assert head(repo, composed_pair.ref) == composed_pair.commit2
     log = ostree(f"--repo={repo}", "log", composed_pair.ref).stdout
     assert log.count("commit ") == 2
+
+
+def test_a_compose_of_the_same_inputs_is_skipped_until_its_record_is_gone(
+        composed_pair: ComposedPair, tmp_path: Path) -> None:
+    build = copy_build(composed_pair.build_dir, tmp_path / "build")
+    record = build / "ostree" / "compose-inputs" / f"{composed_pair.ref}.json"
+    assert json.loads(record.read_text())["commit"] == composed_pair.commit2
+    again = compose_subprocess(build, release=composed_pair.release2)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "compose microshift-full (x86_64): unchanged (step " in again.stderr
+    assert "tree: install packages" not in again.stderr
+    assert head(build / "ostree" / "repo", composed_pair.ref) == composed_pair.commit2
+    # Without the record (a build directory from before it) the tree is built again, and
+    # its equal content keeps the ref where it is.
+    record.unlink()
+    rebuilt = compose_subprocess(build, release=composed_pair.release2)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
+    assert "tree: install packages" in rebuilt.stderr
+    assert f"{composed_pair.ref} = {composed_pair.commit2} (unchanged: the ref already holds " \
+        "this content)" in rebuilt.stderr
+    assert json.loads(record.read_text())["commit"] == composed_pair.commit2
 
 
 def test_device_pull_verifies_signature(composed_pair: ComposedPair, tmp_path: Path) -> None:

@@ -148,6 +148,24 @@ def test_iso_holds_kickstart_repo_and_manifest(build_dir: Path, tmp_path: Path) 
     assert sidecar["iso"]["sha256"] == hashlib.sha256(iso.read_bytes()).hexdigest()
 
 
+def test_an_iso_of_the_same_inputs_is_kept_and_a_new_kickstart_rebuilds_it(
+        build_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert installer(build_dir) == 0
+    iso = build_dir / "installer" / f"{IMAGE}.iso"
+    first = iso.stat()
+    capsys.readouterr()
+    assert installer(build_dir) == 0
+    err = capsys.readouterr().err
+    assert f"installer {IMAGE}.iso: unchanged (step " in err and "write ISO" not in err
+    assert (iso.stat().st_ino, iso.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)
+    key = tmp_path / "admin.pub"
+    key.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheTest admin@example\n")
+    assert installer(build_dir, "--ssh-key", key) == 0
+    assert "write ISO" in capsys.readouterr().err
+    kickstart = extract(iso, "/ks.cfg", tmp_path / "ks.cfg").read_text()
+    assert "AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTheTest" in kickstart
+
+
 def test_iso_repo_holds_only_the_image_commit(build_dir: Path, tmp_path: Path) -> None:
     assert installer(build_dir) == 0
     iso = build_dir / "installer" / f"{IMAGE}.iso"
