@@ -236,9 +236,9 @@ def test_a_second_run_rebuilds_nothing(two_arch: TwoArch) -> None:
         assert f"repo:{arch}: unchanged" in proc.stderr
         assert f"compose {IMAGE} ({arch}): unchanged" in proc.stderr
         assert f"installer {IMAGE}-{arch}.iso: unchanged" in proc.stderr
-    assert "tree: install packages" not in proc.stderr and "write ISO" not in proc.stderr
         assert f"{two_arch.ref(arch)} = {heads[arch]} (unchanged: the ref already holds " \
                "this content)" in proc.stderr
+    assert "tree: install packages" not in proc.stderr and "write ISO" not in proc.stderr
     assert {arch: head(two_arch.repo, two_arch.ref(arch)) for arch in ARCHES} == heads
 
 
