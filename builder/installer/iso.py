@@ -234,7 +234,7 @@ def _kept_manifest(output: Path, identity: str) -> Manifest | None:
     inputs and the ISO still has the size it had."""
     try:
         sidecar = json.loads(output.with_suffix(".json").read_text())
-        if sidecar.get("inputs") != identity or \
+        if sidecar["iso"].get("inputs") != identity or \
                 sidecar["iso"]["bytes"] != output.stat().st_size:
             return None
         fields = {f.name for f in dataclasses.fields(Manifest)}
@@ -248,8 +248,9 @@ def _publish(iso: Path, manifest: Manifest, output: Path, identity: str) -> None
     with iso.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
-    sidecar: dict[str, Any] = {**asdict(manifest), "inputs": identity, "iso": {
-        "file": output.name, "bytes": iso.stat().st_size, "sha256": digest.hexdigest()}}
+    sidecar: dict[str, Any] = {**asdict(manifest), "iso": {
+        "file": output.name, "bytes": iso.stat().st_size, "sha256": digest.hexdigest(),
+        "inputs": identity}}
     sidecar_path = output.with_suffix(".json")
     tmp_json = iso.with_suffix(".json")
     tmp_json.write_text(json.dumps(sidecar, indent=2, sort_keys=True) + "\n")

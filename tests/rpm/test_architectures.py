@@ -34,7 +34,7 @@ def downloads(request: pytest.FixtureRequest,
               tmp_path_factory: pytest.TempPathFactory) -> Path:
     """pytest's cache (kept between runs, git-ignored), or a temporary directory when the
     cache plugin is off (`-p no:cacheprovider`)."""
-    cache = request.config.cache
+    cache = getattr(request.config, "cache", None)
     return cache.mkdir("ruff-wheels") if cache is not None else \
         tmp_path_factory.mktemp("ruff-wheels")
 
