@@ -48,8 +48,10 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
 
 def _rpms(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.rpm.packages import build_release_rpms
+    from builder.rpm.payloads import check_payloads
     from builder.rpm.sample_base import build_sample_base
 
+    check_payloads(ctx)
     found: list[tuple[str, Path]] = []
     if any(repo.kind == "sample" for repo in ctx.release.base_repos):
         build_sample_base(ctx)

@@ -31,6 +31,15 @@ def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
     return resolved
 
 
+def check_payloads(ctx: Context) -> None:
+    """Every architecture's core payload fetched, sha256-checked and built for it: a wrong
+    payload stops the run before any other work (the SAMPLE base, rpmbuild)."""
+    with tempfile.TemporaryDirectory(prefix="payload-check-") as scratch:
+        for arch in ctx.release.architectures:
+            resolve_payload(ctx, "core", ctx.release.payload_for(arch), Path(scratch) / arch,
+                            arch)
+
+
 def _check_machine(ctx: Context, key: str, file: PayloadFile, path: Path, arch: str) -> None:
     """An executable for another architecture would install and never start."""
     machine = elf_machine(path)

@@ -105,13 +105,14 @@ def test_changing_only_the_aarch64_payload_rebuilds_only_the_aarch64_core(
     assert (files / "usr/bin/microshift").read_bytes() == payload_standin("microshift", "4.14.2")
 
 
+@pytest.mark.parametrize("command", ["rpms", "build-image"])
 def test_an_x86_64_executable_as_the_aarch64_payload_stops_with_exit_2(
-        tmp_path: Path, downloads: Path) -> None:
+        tmp_path: Path, downloads: Path, command: str) -> None:
     executable = fetch_executable(RUFF, downloads)  # the x86_64 wheel's
     release = per_arch_release(tmp_path, {"x86_64": {"path": str(executable)},
                                           "aarch64": {"path": str(executable)}})
     build = tmp_path / "build"
-    proc = subprocess.run([sys.executable, "-m", "builder", "--release", str(release), "rpms",
+    proc = subprocess.run([sys.executable, "-m", "builder", "--release", str(release), command,
                            "--build-dir", str(build)], capture_output=True, text=True,
                           check=False, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
@@ -120,4 +121,5 @@ def test_an_x86_64_executable_as_the_aarch64_payload_stops_with_exit_2(
         "executable, but it is packaged for aarch64",
         "hint: use an aarch64 build of /usr/bin/microshift"]
     assert "Traceback" not in proc.stderr
-    assert not list(build.rglob("*.rpm"))  # stopped before any rpmbuild
+    # Stopped before any work: no RPM, and build-image built no SAMPLE base either.
+    assert not list(build.rglob("*.rpm"))
