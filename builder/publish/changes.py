@@ -165,15 +165,27 @@ def _join(values: list[str] | None) -> str | None:
 
 def image_changes(old: Iterable[StoredImage],
                   new: Iterable[StoredImage]) -> tuple[ImageChange, ...]:
-    """By repository: a new digest of the same repository is a changed image."""
-    before, after = _digests(old), _digests(new)
-    return tuple(ImageChange(name, _join(before.get(name)), _join(after.get(name)))
-                 for name in sorted(before.keys() | after.keys())
-                 if before.get(name) != after.get(name))
+    """By repository: another image of the same repository is a changed image. What is
+    compared is the image stored for the commit's architecture, so a new manifest list
+    whose image for this architecture is the same is no change; the digests reported are
+    the pinned ones (what release.yaml and the blueprint name)."""
+    before, after = _by_repository(old), _by_repository(new)
+    return tuple(
+        ImageChange(name, _join(_pinned(before.get(name))), _join(_pinned(after.get(name))))
+        for name in sorted(before.keys() | after.keys())
+        if _stored(before.get(name)) != _stored(after.get(name)))
 
 
-def _digests(images: Iterable[StoredImage]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = defaultdict(list)
+def _by_repository(images: Iterable[StoredImage]) -> dict[str, list[StoredImage]]:
+    found: dict[str, list[StoredImage]] = defaultdict(list)
     for image in images:
-        found[image.repository].append(image.digest)
-    return {name: sorted(values) for name, values in found.items()}
+        found[image.repository].append(image)
+    return found
+
+
+def _pinned(images: list[StoredImage] | None) -> list[str] | None:
+    return sorted(image.digest for image in images) if images else None
+
+
+def _stored(images: list[StoredImage] | None) -> list[str] | None:
+    return sorted(image.content for image in images) if images else None

@@ -63,9 +63,16 @@ class StoredImage:
     """An image of the commit's read-only store: its repository (name without tag or digest)."""
 
     repository: str
-    digest: str
+    digest: str       # the digest it is pinned by (a manifest list's, for a multi-arch image)
     tag: str | None
     names: tuple[str, ...]
+    # The image actually stored, for the commit's architecture: the manifest's digest
+    # (containers/storage's big-data "manifest"); the pinned digest when it is that image.
+    instance_digest: str = ""
+
+    @property
+    def content(self) -> str:
+        return self.instance_digest or self.digest
 
 
 @dataclass(frozen=True)
@@ -189,7 +196,9 @@ def stored_images(images_json: bytes | None, commit: str) -> tuple[StoredImage, 
             continue
         names = tuple(sorted(record.get("names") or ()))
         repository, tag = split_reference(names[0]) if names else (record.get("id", "?"), None)
-        images.append(StoredImage(repository, digest, tag, names))
+        stored = (record.get("big-data-digests") or {}).get("manifest", "")
+        images.append(StoredImage(repository, digest, tag, names,
+                                  stored if DIGEST_RE.match(str(stored)) else ""))
     return tuple(sorted(images, key=lambda i: (i.repository, i.digest)))
 
 

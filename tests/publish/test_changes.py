@@ -66,6 +66,30 @@ def test_images_changed_by_repository_with_old_and_new_digest() -> None:
     )
 
 
+def test_a_new_manifest_list_with_the_same_image_for_this_architecture_is_no_change() -> None:
+    def listed(list_char: str, stored_char: str) -> StoredImage:
+        return StoredImage("quay.io/a/router", "sha256:" + list_char * 64, None, (),
+                           "sha256:" + stored_char * 64)
+
+    # The list was rebuilt for another architecture's sake; this one's image is the same.
+    assert image_changes([listed("1", "a")], [listed("2", "a")]) == ()
+    assert image_changes([listed("1", "a")], [listed("2", "b")]) == (
+        ImageChange("quay.io/a/router", "sha256:" + "1" * 64, "sha256:" + "2" * 64),)
+
+
+def test_stored_images_know_the_image_stored_for_the_architecture() -> None:
+    from builder.publish.contents import stored_images
+
+    record = {"id": "f" * 64, "digest": "sha256:" + "1" * 64,
+              "names": ["quay.io/a/router@sha256:" + "1" * 64],
+              "big-data-digests": {"manifest": "sha256:" + "a" * 64}}
+    [stored] = stored_images(json.dumps([record]).encode(), "c" * 64)
+    assert (stored.digest, stored.content) == ("sha256:" + "1" * 64, "sha256:" + "a" * 64)
+    del record["big-data-digests"]
+    [single] = stored_images(json.dumps([record]).encode(), "c" * 64)
+    assert single.content == "sha256:" + "1" * 64
+
+
 def test_image_names_lose_tag_and_digest_but_keep_a_registry_port() -> None:
     assert split_reference("registry:5000/ns/app:1.2@sha256:" + "a" * 64) == \
         ("registry:5000/ns/app", "1.2")
