@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import tests.hypothesis_profiles  # noqa: F401  (registers and loads the profiles)
 from builder.core.children import gpg_agents
 from tests.support import requires
-from tests.support.cli import build_release
+from tests.support.cli import PROJECT_ROOT, RELEASE, build_release
 from tests.support.ostree import ComposedPair, compose_pair
 
 # The real-scale tier composes real releases for ~25-45 minutes: collected only in its own
@@ -88,6 +89,24 @@ def built_release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One build of the sample release: DIR/rpms, DIR/repo, DIR/sample-base/{rpms,repo}.
     Shared by many tests, so none may change it: checked when the session ends."""
     build = build_release(tmp_path_factory.mktemp("built-release"))
+    before = fingerprint(build)
+    yield build
+    assert fingerprint(build) == before, f"a test changed the shared build {build}"
+
+
+@pytest.fixture(scope="session")
+def sample_image_build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One whole `build-image` of the sample release in a fresh directory (in a child
+    process, its own umask, time zone and locale): what other builds are compared with.
+    Tests must not change it; checked when the session ends."""
+    requires.need_root("build-image composes, which runs rpm --root")
+    build = tmp_path_factory.mktemp("sample-image-build") / "build"
+    proc = subprocess.run(["bash", "-c", 'umask 077; exec "$0" "$@"', sys.executable, "-m",
+                           "builder", "--release", str(RELEASE), "build-image", "--build-dir",
+                           str(build)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          env={**os.environ, "TZ": "Pacific/Kiritimati", "LC_ALL": "C.UTF-8"},
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
     before = fingerprint(build)
     yield build
     assert fingerprint(build) == before, f"a test changed the shared build {build}"
