@@ -112,8 +112,9 @@ def test_an_existing_build_directory_keeps_its_content(tmp_path: Path) -> None:
 @requires.root_only("build-image composes, which runs rpm --root")
 def test_two_concurrent_build_image_runs(tmp_path: Path) -> None:
     build = tmp_path / "build"
+    # Up to the RPMs: long enough for the second run to find the first holding the lock.
     argv = [sys.executable, "-m", "builder", "--release", str(RELEASE), "build-image",
-            "--build-dir", str(build)]
+            "--build-dir", str(build), "--until", "rpms"]
     first = subprocess.Popen(argv, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60

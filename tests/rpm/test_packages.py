@@ -15,9 +15,9 @@ import yaml
 
 from builder.release.model import load_release
 from tests.support import requires
-from tests.support.cli import RELEASE, build_release, extract_rpm, rpm_query, run_cli
+from tests.support.cli import RELEASE, extract_rpm, rpm_query, run_cli
 from tests.support.keys import make_release_key
-from tests.support.ostree import ComposedPair
+from tests.support.ostree import ComposedPair, copy_build
 
 pytestmark = pytest.mark.integration
 
@@ -239,8 +239,8 @@ def test_rpmlint_reports_no_errors(built_release: Path, tmp_path: Path) -> None:
 
 
 def test_noop_rebuild_skips_every_package_and_payload_change_rebuilds_only_core(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    build_dir = build_release(tmp_path / "b")
+        built_release: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    build_dir = copy_build(built_release, tmp_path / "b")
     capsys.readouterr()
     assert run_cli("--release", RELEASE, "rpms", "--build-dir", build_dir) == 0
     err = capsys.readouterr().err
