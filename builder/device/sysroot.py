@@ -207,9 +207,9 @@ class Device:
                              hint="install bubblewrap (ci/install-host-tools.sh)")
         machine = self._program_machine(ref, "/usr/sbin/semodule")
         if machine is not None and not can_run(machine):
-            raise BuildError(f"{REMOTE}:{ref} is an {machine} system: ostree runs its semodule "
-                             f"on upgrade, an {machine} program this {platform.machine()} "
-                             "machine cannot run",
+            raise BuildError(f"{REMOTE}:{ref} is built for {machine}, which this "
+                             f"{platform.machine()} machine cannot run: ostree runs the new "
+                             "deployment's semodule on every upgrade",
                              hint=f"install qemu-user-static and register its {machine} binfmt "
                                   "handler (ci/install-host-tools.sh does both)")
 

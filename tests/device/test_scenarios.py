@@ -252,3 +252,43 @@ def test_install_retried_with_another_repo_pulls_from_that_repo(
                    "--ref", SAMPLE_REF, "--commit", sample_pair.v1) == 0
     device = Device(sysroot, Runner(), Progress())
     assert [d.checksum for d in device.deployments()] == [sample_pair.v1]
+
+
+def _foreign_commit(repo: Path, tree: Path, version: str) -> str:
+    """A deployable commit with an SELinux policy whose semodule is a riscv64 program, which
+    no machine here runs (no CI runner is riscv64, and qemu's handler is not registered)."""
+    for path, data in {
+            "usr/lib/modules/5.14.0-1.riscv64/vmlinuz": b"SAMPLE kernel\n",
+            "usr/lib/os-release": b'ID=sample\nPRETTY_NAME="SAMPLE riscv64"\n',
+            "usr/etc/selinux/config": b"SELINUX=enforcing\nSELINUXTYPE=targeted\n",
+            "usr/etc/selinux/targeted/contexts/files/file_contexts":
+                b"/.*\tsystem_u:object_r:default_t:s0\n",
+            "usr/etc/selinux/targeted/policy/policy.33": b"SAMPLE policy\n",
+            # An ELF header: 64-bit, little-endian, executable, e_machine 243 (RISC-V).
+            "usr/sbin/semodule": b"\x7fELF\x02\x01\x01" + bytes(9) + b"\x02\x00\xf3\x00"
+                                 + bytes(44),
+            "usr/share/version": version.encode()}.items():
+        (tree / path).parent.mkdir(parents=True, exist_ok=True)
+        (tree / path).write_bytes(data)
+    return subprocess.run(["ostree", f"--repo={repo}", "commit", "--branch=sample/riscv64",
+                           f"--add-metadata-string=version={version}", str(tree)],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_an_upgrade_whose_programs_this_machine_cannot_run_is_one_clear_error(
+        tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    subprocess.run(["ostree", "init", "--mode=archive", f"--repo={repo}"], check=True)
+    v1 = _foreign_commit(repo, tmp_path / "tree", "1")
+    device = Device(tmp_path / "device", Runner(), Progress())
+    device.init("edge")
+    device.install(repo, "sample/riscv64", commit=v1)  # a first deploy runs none of them
+    _foreign_commit(repo, tmp_path / "tree", "2")
+    with pytest.raises(BuildError) as info:
+        device.upgrade(repo, LinkOptions())
+    assert info.value.message == (
+        f"edge:sample/riscv64 is built for riscv64, which this {os.uname().machine} machine "
+        "cannot run: ostree runs the new deployment's semodule on every upgrade")
+    assert info.value.hint == ("install qemu-user-static and register its riscv64 binfmt "
+                               "handler (ci/install-host-tools.sh does both)")
+    assert [d.checksum for d in device.deployments()] == [v1]
