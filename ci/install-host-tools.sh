@@ -40,6 +40,8 @@ TOOLS=(
     # The simulated device's ostree runs the deployment's semodule through bubblewrap.
     "bwrap bubblewrap bubblewrap"
     "rsync rsync rsync"
+    # dnf reads each architecture's repository as a machine of that architecture would.
+    "dnf dnf dnf"
     "g++ g++ gcc-c++"
     # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
     # microshift-components writes (tests, device simulation). Debian: kubernetes-client.

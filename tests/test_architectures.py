@@ -140,6 +140,35 @@ def test_each_architecture_has_a_repository_of_its_own(two_arch: TwoArch, arch: 
     assert files == sorted(f"{name}-4.14.2-1.{a}.rpm" for name, a in listed)
 
 
+def _dnf(build: Path, arch: str, scratch: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """dnf as a machine of `arch` sees the release: its repository and the SAMPLE base's."""
+    return subprocess.run(
+        ["dnf", f"--installroot={scratch / 'root'}", "--setopt=reposdir=/dev/null",
+         f"--setopt=cachedir={scratch / 'cache'}", f"--forcearch={arch}", "--releasever=9",
+         "--nogpgcheck", f"--repofrompath=microshift,{build / 'repo' / arch}",
+         f"--repofrompath=base,{build / 'sample-base' / 'repo' / arch}",
+         "--repo=microshift", "--repo=base", *args],
+        capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_dnf_installs_each_architecture_from_its_repositories(two_arch: TwoArch, arch: str,
+                                                              tmp_path: Path) -> None:
+    requires.need_tools("dnf")
+    image = ("microshift-core", "microshift-networking-ovnk", "microshift-storage-topolvm")
+    proc = _dnf(two_arch.build, arch, tmp_path, "install", "--assumeno", *image)
+    assert "Operation aborted." in proc.stdout + proc.stderr, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith(" ")]
+    planned = {(row[0], row[1]) for row in rows if len(row) >= 5
+               and row[3] in ("microshift", "base")}
+    assert ("microshift-core", arch) in planned
+    assert {package_arch for _, package_arch in planned} == {arch, "noarch"}
+    both = _dnf(two_arch.build, arch, tmp_path, "install", "--assumeno",
+                "microshift-networking-ovnk", "microshift-networking-bridge")
+    assert both.returncode != 0
+    assert "conflicts with microshift-networking-provider" in both.stderr
+
+
 def test_the_sample_base_has_each_architectures_kernel_and_loader(two_arch: TwoArch) -> None:
     rpms = sorted(map(str, (two_arch.build / "sample-base" / "rpms").glob("*.rpm")))
     files = subprocess.run(["rpm", "-qpl", *rpms], capture_output=True, text=True,
