@@ -93,3 +93,14 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[test]")
     out = os.environ.get("BENCH_OUT", "build/bench")
     session.run("python", "-m", "bench", "--out", out, *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def stress(session: nox.Session) -> None:
+    """The suite 5 times in a row while build-image runs in a loop beside it (ci/stress.py;
+    about 1 to 2 hours on 2 cores): timing races show up as failures under load.
+    `nox -s stress -- --runs 2 -- tests/device` narrows it."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    session.run("python", "ci/stress.py", *session.posargs,
+                env={"PYTHONDONTWRITEBYTECODE": "1"})

@@ -15,6 +15,7 @@ surviving mutants' names) and exits 1 when a module's score is under --min-score
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -45,6 +46,19 @@ MODULES: dict[str, list[str]] = {
     # for every mutant (each builds several ISOs).
     "builder/installer/verify.py": ["tests/installer/test_iso.py", "-k",
                                     "read_back or verification"],
+    "builder/compose/commit.py": ["tests/compose/test_commit_publish.py"],
+    "builder/publish/deltas.py": ["tests/publish/test_delta_stage.py",
+                                  "tests/publish/test_plan.py"],
+}
+# Modules of which only some functions are safety checks: only those are mutated (the rest
+# builds the tree and is tested by whole composes, minutes per run).
+MUTATED_FUNCTIONS: dict[str, list[str]] = {
+    # The ref moves last, the published summary, the skip of an unchanged compose, the lock.
+    "builder/compose/commit.py": ["kill_at", "compose_lock", "_check_same_image",
+                                  "compose_inputs", "compose_identity", "_inputs_record",
+                                  "_composed_inputs", "_already_composed", "_why_compose",
+                                  "_record_inputs", "_publish_summary", "_publish",
+                                  "_publish_commit"],
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]
@@ -119,18 +133,37 @@ def prepare(module: str) -> Path:
     return work
 
 
+def selection(module: str) -> list[str]:
+    """mutmut's name patterns for the mutants of `module` to run (none: all of them)."""
+    dotted = module.removesuffix(".py").replace("/", ".")
+    return [f"{dotted}.x_{function}__mutmut_*"
+            for function in MUTATED_FUNCTIONS.get(module, [])]
+
+
+def selected(codes: dict[str, int | None], patterns: list[str]) -> dict[str, int | None]:
+    if not patterns:
+        return codes
+    return {name: code for name, code in codes.items()
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)}
+
+
 def run(module: str, jobs: int) -> dict[str, Any]:
     work = prepare(module)
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    patterns = selection(module)
     # The console script, not `-m mutmut`: the trampolines import mutmut.__main__ again.
     mutmut = str(Path(sys.executable).with_name("mutmut"))
-    proc = subprocess.run([mutmut, "run", "--max-children", str(jobs)],
+    proc = subprocess.run([mutmut, "run", "--max-children", str(jobs), *patterns],
                           cwd=work, env=env, capture_output=True, text=True, check=False)
     meta = work / "mutants" / f"{module}.meta"
     if not meta.is_file():
         sys.exit(f"mutmut made no results for {module} (exit {proc.returncode}):\n"
                  f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return tally(module, json.loads(meta.read_text())["exit_code_by_key"], proc.returncode)
+    codes = selected(json.loads(meta.read_text())["exit_code_by_key"], patterns)
+    if not codes:
+        sys.exit(f"no mutants of {module} match {patterns} "
+                 "(ci/mutation.py MUTATED_FUNCTIONS is stale)")
+    return tally(module, codes, proc.returncode)
 
 
 def tally(module: str, codes: dict[str, int | None], returncode: int) -> dict[str, Any]:

@@ -176,16 +176,18 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
         _check_same_image(job, parent)
         base = ensure_base(ctx, build_repo, work)
         options.checkpoint("base")
-        identity = compose_identity(job, base)
-        if parent is not None and _composed_inputs(job) == (parent, identity):
+        inputs_now = compose_inputs(job, base)
+        identity = compose_identity(inputs_now)
+        if _already_composed(job, parent, identity):
             ctx.progress.skipped(f"compose {image} ({ctx.target_arch})", identity)
             changed = False
             _publish_summary(job)
         else:
+            ctx.progress.info(f"composing: {_why_compose(job, parent, inputs_now)}")
             commit = _build_commit(job, base, parent)
             options.checkpoint("committed")
             changed = _publish(job, commit, parent)
-            _record_inputs(job, archive.rev_parse(ref) or commit, identity)
+            _record_inputs(job, archive.rev_parse(ref) or commit, inputs_now)
         # The orphan compose commit has been copied (or was not needed): keep only the bases.
         build_repo.prune_unreferenced()
     if not changed:
@@ -281,17 +283,31 @@ def _build_commit(job: _Job, base: BaseCommit, parent: str | None) -> str:
     return _commit(job, tree, base, parent, labelling)
 
 
-def compose_identity(job: _Job, base: BaseCommit) -> str:
-    """What a compose's commit is made of: the blueprint, the lock (every RPM's sha256), the
-    base commit, the release's version, epoch and architecture, the ref and the builder's
-    code. Images are pinned by digest in the blueprint."""
+def compose_inputs(job: _Job, base: BaseCommit, code: str | None = None) -> dict[str, object]:
+    """What a compose's commit is made of, by name: the blueprint, the lock (every RPM's
+    sha256), the base commit, the release's version, epoch and architecture, the ref and the
+    builder's code (`code`: its digest; default the running builder's). Images are pinned by
+    digest in the blueprint."""
     release = job.ctx.release
-    return hashlib.sha256(canonical_json({
-        "blueprint": file_digest(job.inputs.blueprint_path),
-        "lock": file_digest(job.inputs.lock_path), "base": base.checksum,
-        "release": release.evr, "epoch": release.source_date_epoch,
-        "arch": job.ctx.target_arch, "ref": job.ref, "builder": builder_code_digest(),
-    })).hexdigest()
+    return {"blueprint": file_digest(job.inputs.blueprint_path),
+            "lock": file_digest(job.inputs.lock_path), "base": base.checksum,
+            "release": release.evr, "epoch": release.source_date_epoch,
+            "arch": job.ctx.target_arch, "ref": job.ref,
+            "builder": code if code is not None else builder_code_digest()}
+
+
+def compose_identity(inputs: dict[str, object]) -> str:
+    return hashlib.sha256(canonical_json(inputs)).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Record:
+    """DIR/ostree/compose-inputs/REF.json: the commit the last compose onto REF made, and
+    from what."""
+
+    commit: str
+    identity: str
+    inputs: dict[str, object]
 
 
 def _inputs_record(job: _Job) -> Path:
@@ -299,18 +315,38 @@ def _inputs_record(job: _Job) -> Path:
     return job.ctx.path("ostree", "compose-inputs", f"{job.ref}.json")
 
 
-def _composed_inputs(job: _Job) -> tuple[str, str] | None:
-    """(commit, identity) the last compose onto the ref recorded, if readable."""
+def _composed_inputs(job: _Job) -> _Record | None:
+    """What the last compose onto the ref recorded, if readable."""
     try:
         record = json.loads(_inputs_record(job).read_text())
-        return str(record["commit"]), str(record["inputs"])
+        return _Record(str(record["commit"]), str(record["identity"]), dict(record["inputs"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _record_inputs(job: _Job, commit: str, identity: str) -> None:
-    write_atomic(_inputs_record(job), json.dumps({"commit": commit, "inputs": identity},
-                                                 sort_keys=True) + "\n")
+def _already_composed(job: _Job, head: str | None, identity: str) -> bool:
+    """Whether the ref's head is what the last compose of these very inputs made."""
+    record = _composed_inputs(job)
+    return head is not None and record is not None and \
+        (record.commit, record.identity) == (head, identity)
+
+
+def _why_compose(job: _Job, head: str | None, inputs: dict[str, object]) -> str:
+    """Why this compose runs, for the log: which inputs changed since the recorded one."""
+    record = _composed_inputs(job)
+    if head is None:
+        return f"{job.ref} has no commit yet"
+    if record is None:
+        return f"no record of what {job.ref}'s head was composed from"
+    if record.commit != head:
+        return f"{job.ref} has moved since the compose recorded in {_inputs_record(job)}"
+    changed = [name for name, value in inputs.items() if record.inputs.get(name) != value]
+    return "changed since the last compose: " + ", ".join(changed)
+
+
+def _record_inputs(job: _Job, commit: str, inputs: dict[str, object]) -> None:
+    record = {"commit": commit, "identity": compose_identity(inputs), "inputs": inputs}
+    write_atomic(_inputs_record(job), canonical_json(record) + b"\n")
 
 
 def _publish_summary(job: _Job) -> None:

@@ -53,3 +53,29 @@ def test_every_hand_mutant_changes_exactly_one_place(mutation: ModuleType) -> No
         for file, original, mutant in mutants:
             assert (root / file).read_text().count(original) == 1, (group, original)
             assert original != mutant
+
+
+def test_every_function_selected_for_mutation_exists(mutation: ModuleType) -> None:
+    """A selected function that was renamed would drop its mutants from the score silently."""
+    import ast
+
+    root = SCRIPT.parents[1]
+    for module, functions in mutation.MUTATED_FUNCTIONS.items():
+        assert module in mutation.MODULES, module
+        tree = ast.parse((root / module).read_text())
+        defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert set(functions) <= defined, (module, set(functions) - defined)
+
+
+def test_only_the_selected_functions_mutants_are_scored(mutation: ModuleType) -> None:
+    patterns = mutation.selection("builder/compose/commit.py")
+    assert "builder.compose.commit.x__publish__mutmut_*" in patterns
+    codes = {"builder.compose.commit.x__publish__mutmut_1": 1,
+             "builder.compose.commit.x__publish_commit__mutmut_2": 0,
+             "builder.compose.commit.x_compose_image__mutmut_1": None,
+             "builder.compose.commit.x__prepare_tree__mutmut_3": None}
+    assert mutation.selected(codes, patterns) == {
+        "builder.compose.commit.x__publish__mutmut_1": 1,
+        "builder.compose.commit.x__publish_commit__mutmut_2": 0}
+    assert mutation.selected(codes, []) == codes
+    assert mutation.selection("builder/updater/index.py") == []

@@ -1,0 +1,269 @@
+"""The delta stage on a small repository of real ostree commits (seconds, no compose): which
+update paths get deltas, the summary devices find them through, the signed index of offline
+files, superseded files removed, an old delta with fallback entries never kept, a fallback
+never published. tests/publish/test_deltas.py runs the same stage on the composed release
+pair (minutes); these are what mutation testing runs against builder/publish/deltas.py."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.context import Context
+from builder.core.children import gpg_agents
+from builder.core.errors import BuildError
+from builder.core.ostree import delta_dir
+from builder.core.runner import Measured, Runner
+from builder.core.signing import SigningKey
+from builder.publish.deltas import DeltaOptions, generate_deltas, resolve_ref
+from builder.publish.report import report_dir
+from tests.support.cli import RELEASE
+from tests.support.keys import make_release_key
+
+pytestmark = pytest.mark.integration
+
+REF = "microshift/x86_64/small"
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Chain:
+    build: Path
+    commits: list[str]  # oldest first
+
+    @property
+    def repo(self) -> Path:
+        return self.build / "ostree" / "repo"
+
+    def ctx(self, runner: Runner | None = None) -> Context:
+        return Context(self.build, RELEASE, runner=runner or Runner())
+
+    def grow(self, *extra: str) -> str:
+        """One more commit on the ref (the tool patched again; `extra` new 1.1 MiB files)."""
+        release = len(self.commits) + 1
+        tool = bytearray(random.Random(1).randbytes(MiB + 100_000))
+        for n in range(release):  # each release inserts a few bytes: rollsum territory
+            tool[200_000 * (n + 1):200_000 * (n + 1)] = f"release {n}".encode()
+        tree = self.build / "trees" / str(release)
+        files = {"usr/bin/tool": bytes(tool), "usr/etc/motd": f"release {release}\n".encode(),
+                 **{name: random.Random(name).randbytes(MiB + 100_000) for name in extra}}
+        for name, data in files.items():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / name).write_bytes(data)
+        commit = ostree(self.repo, "commit", f"--branch={REF}", f"--tree=dir={tree}",
+                        f"--timestamp=2023-01-{release:02d}T00:00:00Z",
+                        f"--add-metadata-string=version=4.14.{release}")
+        self.commits.append(commit)
+        return commit
+
+
+def ostree(repo: Path, *args: str) -> str:
+    return subprocess.run(["ostree", f"--repo={repo}", *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def make_chain(root: Path, commits: int) -> Chain:
+    chain = Chain(root / "build", [])
+    chain.repo.mkdir(parents=True)
+    ostree(chain.repo, "init", "--mode=archive")
+    for _ in range(commits):
+        chain.grow()
+    return chain
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> tuple[SigningKey, Path]:
+    home = tmp_path_factory.mktemp("key") / "gnupg"
+    key_id = make_release_key(home)
+    public = home.parent / "public.asc"
+    public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
+                                       key_id], check=True, capture_output=True).stdout)
+    return SigningKey(key_id, home), public
+
+
+def deltas(chain: Chain, runner: Runner | None = None, **options: Any) -> dict[str, Any]:
+    generate_deltas(chain.ctx(runner), DeltaOptions(ref=REF, **options))
+    return json.loads((report_dir(chain.build, REF) / "report.json").read_text())
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_deltas_from_the_previous_commits_and_from_scratch(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 4)
+    c1, c2, c3, c4 = chain.commits
+    report = deltas(chain, from_count=2)
+    assert (report["ref"], report["to_commit"], report["to_version"]) == (REF, c4, "4.14.4")
+    assert [p["from_commit"] for p in report["paths"]] == [c3, c2, None]
+    assert [p["from_version"] for p in report["paths"]] == ["4.14.3", "4.14.2", None]
+    assert all(p["generated"] and p["fallback_objects"] == 0 for p in report["paths"])
+    listed = ostree(chain.repo, "static-delta", "list").split()
+    assert sorted(listed) == sorted([f"{c3}-{c4}", f"{c2}-{c4}", c4])
+    # Devices find deltas through the summary, which names the new head.
+    summary = ostree(chain.repo, "summary", "--view")
+    assert f"{c3}-{c4}" in summary and f"{c2}-{c4}" in summary and c4 in summary
+    assert c1 not in summary
+
+
+def test_the_release_says_from_how_many_commits(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 5)
+    report = deltas(chain)  # the sample release.yaml: ostree.deltas_from = 3
+    assert [p["from_commit"] for p in report["paths"]] == [*reversed(chain.commits[1:4]), None]
+
+
+def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
+                                                          key: tuple[SigningKey, Path]) -> None:
+    chain = make_chain(tmp_path, 3)
+    c1, c2, c3 = chain.commits
+    deltas(chain, key=key[0])
+    out = report_dir(chain.build, REF)
+    index = json.loads((out / "index.json").read_text())
+    assert (index["ref"], index["to_commit"], index["to_version"]) == (REF, c3, "4.14.3")
+    files = {entry["file"]: entry for entry in index["files"]}
+    assert sorted(files) == sorted([f"{c2}-{c3}.delta", f"{c1}-{c3}.delta",
+                                    f"empty-{c3}.delta"])
+    for name, entry in files.items():
+        assert (entry["bytes"], entry["sha256"]) == ((out / name).stat().st_size,
+                                                     sha256(out / name)), name
+        assert entry["to_commit"] == c3 and entry["to_version"] == "4.14.3"
+    assert (files[f"{c2}-{c3}.delta"]["from_commit"],
+            files[f"{c2}-{c3}.delta"]["from_version"]) == (c2, "4.14.2")
+    assert files[f"empty-{c3}.delta"]["from_commit"] is None
+    verify = tmp_path / "verify"
+    verify.mkdir(mode=0o700)
+    subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--import", str(key[1])],
+                   check=True, capture_output=True)
+    checked = subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--status-fd", "1",
+                              "--verify", str(out / "index.json.sig"), str(out / "index.json")],
+                             capture_output=True, text=True, check=False)
+    assert checked.returncode == 0 and "[GNUPG:] VALIDSIG" in checked.stdout
+    assert [a for a in gpg_agents() if a.homedir == key[0].homedir] == []
+    # A device reading the summary checks its signature too.
+    assert (chain.repo / "summary.sig").is_file()
+
+
+def test_an_unsigned_run_drops_the_old_signature_and_says_so(
+        tmp_path: Path, key: tuple[SigningKey, Path], capfd: pytest.CaptureFixture[str]) -> None:
+    chain = make_chain(tmp_path, 2)
+    deltas(chain, key=key[0])
+    out = report_dir(chain.build, REF)
+    assert (out / "index.json.sig").is_file()
+    capfd.readouterr()
+    deltas(chain)
+    assert not (out / "index.json.sig").exists()  # it signed another index
+    assert (f"WARNING: {out / 'index.json'} is not signed (no --gpg-key): devices' updaters "
+            "refuse an unsigned index") in capfd.readouterr().err
+
+
+def test_offline_files_to_an_older_head_are_removed(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 2)
+    c1, c2 = chain.commits
+    deltas(chain)
+    out = report_dir(chain.build, REF)
+    (out / "notes.txt").write_text("kept: not a delta file\n")
+    c3 = chain.grow()
+    deltas(chain)
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".delta") == sorted(
+        [f"{c2}-{c3}.delta", f"{c1}-{c3}.delta", f"empty-{c3}.delta"])
+    assert (out / "notes.txt").is_file()
+
+
+def test_without_offline_files_no_index_is_written(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 2)
+    report = deltas(chain, offline=False)
+    out = report_dir(chain.build, REF)
+    assert [p["offline_file"] for p in report["paths"]] == [None, None]
+    assert not (out / "index.json").exists() and not list(out.glob("*.delta"))
+
+
+def test_a_rerun_keeps_the_deltas_and_writes_the_same_files(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    chain = make_chain(tmp_path, 2)
+    first = deltas(chain)
+    out = report_dir(chain.build, REF)
+    files = {p.name: p.read_bytes() for p in out.glob("*.delta")}
+    capfd.readouterr()
+    again = deltas(chain)
+    assert [p["generated"] for p in again["paths"]] == [False, False]
+    assert [p["offline_sha256"] for p in again["paths"]] == \
+        [p["offline_sha256"] for p in first["paths"]]
+    assert {p.name: p.read_bytes() for p in out.glob("*.delta")} == files
+    err = capfd.readouterr().err
+    label = f"{chain.commits[0][:12]} -> {chain.commits[1][:12]}"
+    assert f"{label}: " in err and ", kept the existing delta" in err and "generating" not in err
+
+
+def test_an_old_delta_with_fallback_entries_is_made_again(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 1)
+    c1 = chain.commits[0]
+    c2 = chain.grow("usr/share/new.bin")
+    # As ostree's defaults (or an older version of this tool) would have made it.
+    ostree(chain.repo, "static-delta", "generate", f"--from={c1}", f"--to={c2}",
+           "--min-fallback-size=1")
+    assert "fallback entries: 1" in ostree(chain.repo, "static-delta", "show", f"{c1}-{c2}")
+    report = deltas(chain)
+    path = report["paths"][0]
+    assert (path["from_commit"], path["generated"], path["fallback_objects"]) == (c1, True, 0)
+    assert "fallback entries: 0" in ostree(chain.repo, "static-delta", "show", f"{c1}-{c2}")
+
+
+class FallbackRunner(Runner):
+    """Generates deltas as ostree's defaults would: new objects over 1 MB sent whole."""
+
+    def measured(self, argv: Sequence[Any], **kwargs: Any) -> Measured:
+        argv = [("--min-fallback-size=1" if str(a) == "--min-fallback-size=0" else a)
+                for a in argv]
+        return super().measured(argv, **kwargs)
+
+
+def test_a_delta_with_fallback_objects_is_an_error_not_published(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 0)
+    new = chain.grow("usr/share/new.bin")
+    with pytest.raises(BuildError) as failed:
+        deltas(chain, FallbackRunner())
+    assert str(failed.value) == (f"delta empty -> {new[:12]} has 2 fallback objects although "
+                                 "it was generated with --min-fallback-size=0")
+    out = report_dir(chain.build, REF)
+    assert not (out / "index.json").exists() and not list(out.glob("*.delta"))
+
+
+def test_large_new_files_are_listed_with_their_encoding(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 1)
+    c2 = chain.grow("usr/share/new.bin")
+    update, scratch = deltas(chain)["paths"]
+    assert update["large_files"] == [
+        {"path": "/usr/bin/tool", "bytes": MiB + 100_018, "from_path": "/usr/bin/tool",
+         "from_bytes": MiB + 100_009, "encoding": "rollsum"},
+        {"path": "/usr/share/new.bin", "bytes": MiB + 100_000, "from_path": None,
+         "from_bytes": None, "encoding": "whole"}]
+    assert scratch["large_files"] == []  # from scratch every file is new: nothing to say
+    assert delta_dir(chain.repo, chain.commits[0], c2).is_dir()
+
+
+def test_refusals_name_the_repository_and_the_ref(tmp_path: Path) -> None:
+    empty = Chain(tmp_path / "none", [])
+    with pytest.raises(BuildError) as no_repo:
+        deltas(empty)
+    assert (no_repo.value.message, no_repo.value.hint) == (
+        f"no ostree repository at {empty.repo}", "run `python -m builder compose` first")
+    chain = make_chain(tmp_path, 1)
+    with pytest.raises(BuildError) as no_ref:
+        generate_deltas(chain.ctx(), DeltaOptions(ref="microshift/x86_64/other"))
+    assert (no_ref.value.message, no_ref.value.hint) == (
+        f"{chain.repo} has no ref microshift/x86_64/other", "compose the image first")
+
+
+def test_the_ref_is_the_images_unless_given(tmp_path: Path) -> None:
+    ctx = Context(tmp_path / "build", RELEASE)
+    assert resolve_ref(ctx, DeltaOptions(ref=REF)) == REF
+    assert resolve_ref(ctx, DeltaOptions(image="microshift-minimal")) == \
+        "microshift/x86_64/microshift-minimal"
