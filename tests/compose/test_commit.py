@@ -139,6 +139,8 @@ def test_a_compose_of_the_same_inputs_is_skipped_until_its_record_is_gone(
     rebuilt = compose_subprocess(build, release=composed_pair.release2)
     assert rebuilt.returncode == 0, rebuilt.stderr[-2000:]
     assert "tree: install packages" in rebuilt.stderr
+    assert (f"composing: no record of what {composed_pair.ref}'s head was composed from"
+            in rebuilt.stderr)
     assert f"{composed_pair.ref} = {composed_pair.commit2} (unchanged: the ref already holds " \
         "this content)" in rebuilt.stderr
     assert json.loads(record.read_text())["commit"] == composed_pair.commit2

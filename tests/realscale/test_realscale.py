@@ -85,3 +85,17 @@ def test_the_devices_updater_moves_only_the_delta_file(result: dict[str, Any]) -
     assert plain["ratio"] <= 1.02 and cut["ratio"] <= 1.05, result["ota"]
     assert cut["cuts"] == 5 and cut["duplicate_bytes"] == 0, cut
     assert plain["pull_ratio"] > plain["ratio"], result["ota"]  # what the updater saves
+
+
+def test_the_devices_updater_holds_the_link_rate_at_real_size(result: dict[str, Any]) -> None:
+    """Over a throttled link (tc tbf between network namespaces) the real-scale delta file
+    takes about bytes / rate: never less (the throttle works), and with a generous margin
+    for a loaded machine, at most 3x; the <= 1.1x target is docs/benchmarks.md's."""
+    rows = {label: result["ota"][label] for label in ("5 Mbit/s, 5 cuts", "1 Mbit/s")
+            if label in result["ota"]}
+    if not rows:
+        pytest.skip(f"{requires.NO_NETNS}: the throttled link runs between namespaces")
+    for label, row in rows.items():
+        assert row["ratio"] <= 1.05 and row["duplicate_bytes"] == 0, (label, row)
+        assert 0.95 <= row["time_ratio"] <= 3.0, (label, row)
+    assert rows["5 Mbit/s, 5 cuts"]["cuts"] == 5
