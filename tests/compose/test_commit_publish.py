@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,14 +64,15 @@ def stop_at(stage: str) -> Callable[[str], None]:
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> tuple[SigningKey, Path]:
+def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SigningKey, Path]]:
     """A signing key and its exported public key."""
     home = tmp_path_factory.mktemp("key") / "gnupg"
     key_id = make_release_key(home)
     public = home.parent / "public.asc"
     public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
                                        key_id], check=True, capture_output=True).stdout)
-    return SigningKey(key_id, home), public
+    yield SigningKey(key_id, home), public
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 def make_job(root: Path, key: SigningKey | None = None, *, release: Path = RELEASE,

@@ -10,7 +10,8 @@ import hashlib
 import json
 import random
 import subprocess
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
 from builder.core.ostree import delta_dir
 from builder.core.runner import Measured, Runner
-from builder.core.signing import SigningKey
+from builder.core.signing import SigningKey, signature_epoch
 from builder.publish.deltas import DeltaOptions, generate_deltas, resolve_ref
 from builder.publish.report import report_dir
 from tests.support.cli import RELEASE
@@ -80,13 +81,14 @@ def make_chain(root: Path, commits: int) -> Chain:
 
 
 @pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> tuple[SigningKey, Path]:
+def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SigningKey, Path]]:
     home = tmp_path_factory.mktemp("key") / "gnupg"
     key_id = make_release_key(home)
     public = home.parent / "public.asc"
     public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
                                        key_id], check=True, capture_output=True).stdout)
-    return SigningKey(key_id, home), public
+    yield SigningKey(key_id, home), public
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 def deltas(chain: Chain, runner: Runner | None = None, **options: Any) -> dict[str, Any]:
@@ -98,10 +100,18 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_deltas_from_the_previous_commits_and_from_scratch(tmp_path: Path) -> None:
+def test_deltas_from_the_previous_commits_and_from_scratch(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     chain = make_chain(tmp_path, 4)
     c1, c2, c3, c4 = chain.commits
     report = deltas(chain, from_count=2)
+    err = capfd.readouterr().err
+    for path in report["paths"]:
+        knobs = path["knobs"]
+        label = f"{(path['from_commit'] or 'empty')[:12]} -> {c4[:12]}"
+        assert (f"    {label}: generating (--min-fallback-size=0 --max-bsdiff-size="
+                f"{knobs['max_bsdiff_size_mb']} --max-chunk-size={knobs['max_chunk_size_mb']}; "
+                "estimated peak ") in err
     assert (report["ref"], report["to_commit"], report["to_version"]) == (REF, c4, "4.14.4")
     assert [p["from_commit"] for p in report["paths"]] == [c3, c2, None]
     assert [p["from_version"] for p in report["paths"]] == ["4.14.3", "4.14.2", None]
@@ -135,6 +145,9 @@ def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
         assert (entry["bytes"], entry["sha256"]) == ((out / name).stat().st_size,
                                                      sha256(out / name)), name
         assert entry["to_commit"] == c3 and entry["to_version"] == "4.14.3"
+    report = json.loads((out / "report.json").read_text())
+    assert {p["offline_file"]: p["delta_parts"] for p in report["paths"]} == \
+        {name: entry["parts"] for name, entry in files.items()}
     assert (files[f"{c2}-{c3}.delta"]["from_commit"],
             files[f"{c2}-{c3}.delta"]["from_version"]) == (c2, "4.14.2")
     assert files[f"empty-{c3}.delta"]["from_commit"] is None
@@ -147,8 +160,25 @@ def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
                              capture_output=True, text=True, check=False)
     assert checked.returncode == 0 and "[GNUPG:] VALIDSIG" in checked.stdout
     assert [a for a in gpg_agents() if a.homedir == key[0].homedir] == []
+    # Dated like the RPMs' and repomd.xml's signatures: the release's epoch, or the key's
+    # creation when that is later, never the time of the run.
+    validsig = next(line.split() for line in checked.stdout.splitlines()
+                    if line.startswith("[GNUPG:] VALIDSIG"))
+    assert int(validsig[4]) == signature_epoch(Runner(), key[0], 1700000000)
     # A device reading the summary checks its signature too.
     assert (chain.repo / "summary.sig").is_file()
+
+
+def test_a_signed_rerun_writes_the_same_index_and_signature(
+        tmp_path: Path, key: tuple[SigningKey, Path], capfd: pytest.CaptureFixture[str]) -> None:
+    chain = make_chain(tmp_path, 2)
+    out = report_dir(chain.build, REF)
+    deltas(chain, key=key[0])
+    assert f"    signed {out / 'index.json'} with {key[0].key_id}\n" in capfd.readouterr().err
+    first = {name: (out / name).read_bytes() for name in ("index.json", "index.json.sig")}
+    time.sleep(1.1)  # a signature dated "now" would differ
+    deltas(chain, key=key[0])
+    assert {name: (out / name).read_bytes() for name in first} == first
 
 
 def test_an_unsigned_run_drops_the_old_signature_and_says_so(
@@ -194,6 +224,10 @@ def test_a_rerun_keeps_the_deltas_and_writes_the_same_files(
     capfd.readouterr()
     again = deltas(chain)
     assert [p["generated"] for p in again["paths"]] == [False, False]
+    assert [(p["generation_seconds"], p["peak_memory_bytes"]) for p in again["paths"]] == \
+        [(None, None), (None, None)]
+    assert all(p["generation_seconds"] > 0 and p["peak_memory_bytes"] > 0
+               for p in first["paths"])
     assert [p["offline_sha256"] for p in again["paths"]] == \
         [p["offline_sha256"] for p in first["paths"]]
     assert {p.name: p.read_bytes() for p in out.glob("*.delta")} == files
@@ -234,6 +268,21 @@ def test_a_delta_with_fallback_objects_is_an_error_not_published(tmp_path: Path)
                                  "it was generated with --min-fallback-size=0")
     out = report_dir(chain.build, REF)
     assert not (out / "index.json").exists() and not list(out.glob("*.delta"))
+
+
+def test_a_file_of_one_MiB_is_large_and_equal_contents_are_listed_once(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 1)
+    tree = chain.build / "trees" / "extra"
+    data = random.Random("same").randbytes(MiB)
+    for name in ("usr/share/a/same.bin", "usr/share/b/same.bin"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_bytes(data)
+    (tree / "usr/share/small.bin").write_bytes(data[:-1])
+    ostree(chain.repo, "commit", f"--branch={REF}", f"--tree=dir={tree}",
+           "--add-metadata-string=version=4.14.9")
+    update = deltas(chain)["paths"][0]
+    assert [(f["path"], f["bytes"]) for f in update["large_files"]] == \
+        [("/usr/share/a/same.bin", MiB)]
 
 
 def test_large_new_files_are_listed_with_their_encoding(tmp_path: Path) -> None:
