@@ -106,14 +106,16 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
                                   "even without bsdiff; it runs alone")
         target = _Target(repo, head, new_files, out_dir if options.offline else None)
         built = run_parallel(lambda plan: _build_path(ctx, target, plan), plans, jobs, ceiling)
-        paths = tuple(built[id(plan)] for plan in plans)
+        results = [built[id(plan)] for plan in plans]
+        paths = tuple(path for path, _ in results)
         try:
             repo.summary_update(options.key)
         finally:
             if options.key is not None:
                 stop_agent(ctx.runner, options.key.homedir)
         if options.offline:
-            _write_index(out_dir, ref, head, repo.metadata(head, "version"), paths)
+            files = [offline for _, offline in results if offline is not None]
+            _write_index(out_dir, ref, head, repo.metadata(head, "version"), files)
             _sign_index(ctx, out_dir, options.key)
         wall = time.monotonic() - started
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
@@ -164,7 +166,8 @@ class _Target:
     out_dir: Path | None  # None: no offline files
 
 
-def _build_path(ctx: Context, target: _Target, plan: PathPlan) -> UpdatePath:
+def _build_path(ctx: Context, target: _Target,
+                plan: PathPlan) -> tuple[UpdatePath, OfflineFile | None]:
     """One update path: generate it (unless an exact one exists), write its offline file,
     read how its files are encoded, measure it."""
     started = time.monotonic()
@@ -203,7 +206,7 @@ def _build_path(ctx: Context, target: _Target, plan: PathPlan) -> UpdatePath:
         f"{result.fallback_objects} fallback objects"
         + (f", generated in {seconds:.1f}s, peak {human_bytes(peak or 0)}" if generated
            else ", kept the existing delta"), path=label, bytes=result.delta_bytes)
-    return result
+    return result, offline
 
 
 def _large_files(directory: Path, superblock: Superblock, plan: PathPlan,
@@ -240,10 +243,7 @@ def _sign_index(ctx: Context, out_dir: Path, key: SigningKey | None) -> None:
 
 
 def _write_index(out_dir: Path, ref: str, head: str, version: str | None,
-                 paths: Sequence[UpdatePath]) -> None:
-    files = [OfflineFile(p.offline_file, p.from_commit, p.from_version, head, version,
-                         p.offline_bytes or 0, p.offline_sha256 or "", p.delta_parts)
-             for p in paths if p.offline_file]
+                 files: Sequence[OfflineFile]) -> None:
     write_atomic(out_dir / INDEX, index_json(ref, head, version, files))
     # Offline files to an older head are superseded: a USB stick gets the current set.
     keep = {f.file for f in files}
