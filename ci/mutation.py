@@ -49,6 +49,7 @@ MODULES: dict[str, list[str]] = {
     "builder/compose/commit.py": ["tests/compose/test_commit_publish.py"],
     "builder/publish/deltas.py": ["tests/publish/test_delta_stage.py",
                                   "tests/publish/test_plan.py"],
+    "builder/compose/rootfs.py": ["tests/compose/test_package_verification.py"],
 }
 # Modules of which only some functions are safety checks: only those are mutated (the rest
 # builds the tree and is tested by whole composes, minutes per run).
@@ -59,6 +60,8 @@ MUTATED_FUNCTIONS: dict[str, list[str]] = {
                                   "_composed_inputs", "_already_composed", "_why_compose",
                                   "_record_inputs", "_publish_summary", "_publish",
                                   "_publish_commit"],
+    # Every locked RPM present with its sha256, downloaded from a URL repository if need be.
+    "builder/compose/rootfs.py": ["verify_packages", "_download"],
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -82,6 +83,15 @@ def fingerprint(root: Path) -> list[tuple[str, int, int]]:
     return sorted((str(p.relative_to(root)), p.lstat().st_size, p.lstat().st_mtime_ns)
                   for p in root.rglob("*") if not p.is_dir()
                   and not any(part == "gpg" or part.startswith(".gpg") for part in p.parts))
+
+
+@pytest.fixture
+def closed_port_url() -> Iterator[str]:
+    """A TCP URL on which nothing listens: the port stays bound (so no other process can
+    take it during the test) but never listens, so a connection is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.fixture(scope="session")

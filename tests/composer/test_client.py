@@ -7,8 +7,6 @@ for each shape and status code it copies); no live osbuild-composer runs here.
 from __future__ import annotations
 
 import io
-import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -196,10 +194,3 @@ def test_compose_wait_gives_up_after_wait_timeout(socket_dir: Path, fake: FakeWe
         wait_for_compose(client, uuid, progress, WaitOptions(poll_interval=10, timeout=60))
 
 
-@pytest.fixture
-def closed_port_url() -> Iterator[str]:
-    """A TCP URL on which nothing listens: the port stays bound (so no other process can
-    take it during the test) but never listens, so a connection is refused."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{s.getsockname()[1]}"

@@ -314,10 +314,10 @@ def test_fetching_the_index(server: str) -> None:
 
 
 def test_an_unreachable_server_is_a_failure_not_a_missing_index(
-        closed_port: str) -> None:
+        closed_port_url: str) -> None:
     with pytest.raises(BuildError) as caught:
-        fetch_small(f"{closed_port}/index.json", timeout=5)
-    assert str(caught.value) == f"GET {closed_port}/index.json: [Errno 111] Connection refused"
+        fetch_small(f"{closed_port_url}/index.json", timeout=5)
+    assert str(caught.value) == f"GET {closed_port_url}/index.json: [Errno 111] Connection refused"
 
 
 def test_a_server_that_never_answers_times_out(silent_server: str) -> None:
@@ -326,12 +326,6 @@ def test_a_server_that_never_answers_times_out(silent_server: str) -> None:
     assert str(caught.value) == f"GET {silent_server}/index.json: timed out"
 
 
-@pytest.fixture
-def closed_port() -> Iterator[str]:
-    """Bound, never listening: connections are refused, and no one else takes the port."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.fixture
