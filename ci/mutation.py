@@ -50,6 +50,7 @@ MODULES: dict[str, list[str]] = {
     "builder/publish/deltas.py": ["tests/publish/test_delta_stage.py",
                                   "tests/publish/test_plan.py"],
     "builder/compose/rootfs.py": ["tests/compose/test_package_verification.py"],
+    "builder/core/download.py": ["tests/core/test_download.py"],
 }
 # Modules of which only some functions are safety checks: only those are mutated (the rest
 # builds the tree and is tested by whole composes, minutes per run).

@@ -94,6 +94,15 @@ def closed_port_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """Accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(4)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
 @pytest.fixture(scope="session")
 def built_release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One build of the sample release: DIR/rpms, DIR/repo, DIR/sample-base/{rpms,repo}.

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from builder.compose.inputs import LockedPackage
+from builder.core.download import DigestMismatch, DownloadFailed, fetch_verified
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.core.steps import file_digest
@@ -127,25 +128,14 @@ def verify_packages(packages: Sequence[LockedPackage], lock: Path) -> None:
 
 
 def _download(pkg: LockedPackage) -> None:
-    import requests  # only composes from URL repositories need it
-
-    assert pkg.url is not None
-    pkg.path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pkg.path.with_name(f".{pkg.path.name}.part")
+    assert pkg.url is not None and pkg.sha256 is not None
     try:
-        with requests.get(pkg.url, stream=True, timeout=60) as response:
-            response.raise_for_status()
-            with tmp.open("wb") as handle:
-                for chunk in response.iter_content(1 << 20):
-                    handle.write(chunk)
-    except requests.RequestException as exc:
-        tmp.unlink(missing_ok=True)
-        raise BuildError(f"cannot download {pkg.nevra} from {pkg.url}: {exc}") from exc
-    if file_digest(tmp) != pkg.sha256:
-        tmp.unlink()
+        fetch_verified(pkg.url, pkg.sha256, pkg.path)
+    except DigestMismatch:
         raise BuildError(f"{pkg.url}: downloaded file does not match the locked sha256 "
-                         f"{pkg.sha256}", hint="the repository changed; re-run depsolve")
-    os.replace(tmp, pkg.path)
+                         f"{pkg.sha256}", hint="the repository changed; re-run depsolve") from None
+    except DownloadFailed as exc:
+        raise BuildError(f"cannot download {pkg.nevra} from {pkg.url}: {exc}") from exc
 
 
 def install_packages(runner: Runner, tree: Path, packages: Sequence[LockedPackage],

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 from pathlib import Path
 
 from builder.context import Context
+from builder.core.download import DigestMismatch, DownloadFailed, fetch_verified
 from builder.core.errors import BuildError, InputError
 from builder.core.steps import file_digest
 from builder.release.payload import Payload, PayloadFile
 from builder.release.samples import write_payload_standin
 
-DOWNLOAD_TIMEOUT = 60     # seconds without a byte from the server before giving up
-DOWNLOAD_CHUNK = 1 << 20  # streamed: a real payload is ~100 MB and never held in memory
 # e_machine values (elf.h) of the architectures a payload could be built for by mistake.
 ELF_MACHINES = {3: "i386", 20: "ppc", 21: "ppc64le", 22: "s390x", 40: "arm", 62: "x86_64",
                 183: "aarch64", 243: "riscv64"}
@@ -77,27 +75,15 @@ def _resolve(ctx: Context, field: str, payload: Payload, sample_dest: Path) -> P
 
 
 def _download(ctx: Context, url: str, sha256: str, dest: Path, field: str) -> None:
-    import requests  # only URL payloads need it; keeps no-op builds fast
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=".download-", dir=dest.parent)
-    tmp = Path(tmp_name)
     try:
-        with ctx.progress.step(f"download {url}"), os.fdopen(fd, "wb") as handle:
-            with requests.get(url, stream=True, timeout=DOWNLOAD_TIMEOUT) as response:
-                response.raise_for_status()
-                for chunk in response.iter_content(DOWNLOAD_CHUNK):
-                    handle.write(chunk)
-            ctx.progress.info(f"{handle.tell()} bytes")
-        actual = file_digest(tmp)
-        if actual != sha256:
-            raise InputError(str(ctx.release_path), f"{field}.sha256",
-                             f"mismatch: {url} has sha256 {actual}, release.yaml says {sha256}")
-        os.replace(tmp, dest)
-    except requests.RequestException as exc:
+        with ctx.progress.step(f"download {url}"):
+            ctx.progress.info(f"{fetch_verified(url, sha256, dest)} bytes")
+    except DigestMismatch as exc:
+        raise InputError(str(ctx.release_path), f"{field}.sha256",
+                         f"mismatch: {url} has sha256 {exc.actual}, release.yaml says "
+                         f"{sha256}") from None
+    except DownloadFailed as exc:
         raise BuildError(f"cannot download {field} from {url}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def elf_machine(path: Path) -> str | None:

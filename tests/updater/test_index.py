@@ -5,7 +5,6 @@ runs the same code against a published repository in tests/device/test_update.py
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import tempfile
 import threading
@@ -324,14 +323,3 @@ def test_a_server_that_never_answers_times_out(silent_server: str) -> None:
     with pytest.raises(BuildError) as caught:
         fetch_small(f"{silent_server}/index.json", timeout=0.5)
     assert str(caught.value) == f"GET {silent_server}/index.json: timed out"
-
-
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """Accepts connections (the kernel's backlog) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(4)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
