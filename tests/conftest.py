@@ -16,8 +16,10 @@ import pytest
 
 import tests.hypothesis_profiles  # noqa: F401  (registers and loads the profiles)
 from builder.core.children import gpg_agents
+from builder.core.signing import SigningKey
 from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE, build_release
+from tests.support.keys import ReleaseKey, make_release_key
 from tests.support.ostree import ComposedPair, compose_pair
 
 # The real-scale tier composes real releases for ~25-45 minutes: collected only in its own
@@ -101,6 +103,19 @@ def silent_server() -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         sock.listen(4)
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="module")
+def release_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReleaseKey]:
+    """A release engineer's signing key (tests/support/keys.py) and its exported public key;
+    its gpg-agent is stopped when the module's tests are done."""
+    home = tmp_path_factory.mktemp("release-key") / "gnupg"
+    key_id = make_release_key(home)
+    public = home.parent / "public.asc"
+    public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
+                                       key_id], check=True, capture_output=True).stdout)
+    yield SigningKey(key_id, home), public
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 @pytest.fixture(scope="session")

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.support.scripts import load_ci_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "stress.py"
 
 
 @pytest.fixture(scope="module")
 def stress() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("ci_stress", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_ci_script("stress")
 
 
 @pytest.mark.parametrize("line, expected", [

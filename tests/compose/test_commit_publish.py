@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,7 +45,7 @@ from builder.core.runner import Runner
 from builder.core.signing import SigningKey
 from builder.core.steps import builder_code_digest
 from tests.support.cli import PROJECT_ROOT, RELEASE
-from tests.support.keys import make_release_key
+from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
 
@@ -61,18 +61,6 @@ def stop_at(stage: str) -> Callable[[str], None]:
         if name == stage:
             raise Stopped(stage)
     return checkpoint
-
-
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SigningKey, Path]]:
-    """A signing key and its exported public key."""
-    home = tmp_path_factory.mktemp("key") / "gnupg"
-    key_id = make_release_key(home)
-    public = home.parent / "public.asc"
-    public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
-                                       key_id], check=True, capture_output=True).stdout)
-    yield SigningKey(key_id, home), public
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
 
 
 def make_job(root: Path, key: SigningKey | None = None, *, release: Path = RELEASE,
@@ -119,8 +107,8 @@ def agents(home: Path) -> list[int]:
 
 
 def test_publish_copies_and_signs_the_commit_then_moves_the_ref(
-        tmp_path: Path, key: tuple[SigningKey, Path], capfd: pytest.CaptureFixture[str]) -> None:
-    signing, public = key
+        tmp_path: Path, release_key: ReleaseKey, capfd: pytest.CaptureFixture[str]) -> None:
+    signing, public = release_key
     job = make_job(tmp_path, signing)
     first = commit(job, "release 1\n", None)
     assert _publish(job, first, None) is True
@@ -137,19 +125,19 @@ def test_publish_copies_and_signs_the_commit_then_moves_the_ref(
     job.archive.fsck()
 
 
-def test_an_unsigned_publish_is_not_signed(tmp_path: Path, key: tuple[SigningKey, Path]) -> None:
+def test_an_unsigned_publish_is_not_signed(tmp_path: Path, release_key: ReleaseKey) -> None:
     job = make_job(tmp_path)
     first = commit(job, "release 1\n", None)
     assert _publish(job, first, None) is True
     assert job.archive.rev_parse(REF) == first
-    assert not signed_by(Runner(), job.archive.path, REF, key[1])
+    assert not signed_by(Runner(), job.archive.path, REF, release_key[1])
     assert not (job.archive.path / "summary.sig").exists()
 
 
 @pytest.mark.parametrize("stage", ["pulled", "signed", "ref-moved"])
 def test_a_publish_stopped_anywhere_keeps_the_ref_until_the_commit_is_signed_and_reruns(
-        stage: str, tmp_path: Path, key: tuple[SigningKey, Path]) -> None:
-    signing, public = key
+        stage: str, tmp_path: Path, release_key: ReleaseKey) -> None:
+    signing, public = release_key
     job = make_job(tmp_path, signing)
     first = commit(job, "release 1\n", None)
     _publish(job, first, None)
@@ -168,9 +156,9 @@ def test_a_publish_stopped_anywhere_keeps_the_ref_until_the_commit_is_signed_and
 
 
 def test_the_checkpoints_come_in_the_order_of_the_stages(tmp_path: Path,
-                                                         key: tuple[SigningKey, Path]) -> None:
+                                                         release_key: ReleaseKey) -> None:
     seen: list[str] = []
-    job = make_job(tmp_path, key[0], checkpoint=seen.append)
+    job = make_job(tmp_path, release_key[0], checkpoint=seen.append)
     first = commit(job, "release 1\n", None)
     _publish(job, first, None)
     assert seen == ["pulled", "signed", "ref-moved"]
@@ -202,8 +190,8 @@ def test_a_new_version_or_new_content_is_published(change: str, tmp_path: Path) 
 
 
 def test_the_summary_is_refreshed_and_signed_by_a_compose_that_changes_nothing(
-        tmp_path: Path, key: tuple[SigningKey, Path]) -> None:
-    job = make_job(tmp_path, key[0])
+        tmp_path: Path, release_key: ReleaseKey) -> None:
+    job = make_job(tmp_path, release_key[0])
     first = commit(job, "release 1\n", None)
     _publish(job, first, None)
     second = commit(job, "release 2\n", first)
@@ -213,12 +201,12 @@ def test_the_summary_is_refreshed_and_signed_by_a_compose_that_changes_nothing(
     assert summary_head(job) == first
     _publish_summary(job)
     assert summary_head(job) == second
-    assert agents(key[0].homedir) == []
+    assert agents(release_key[0].homedir) == []
     # A device that verifies summaries accepts it: the regenerated summary is signed.
     subprocess.run(["ostree", f"--repo={tmp_path / 'device'}", "init", "--mode=archive"],
                    check=True)
     subprocess.run(["ostree", f"--repo={tmp_path / 'device'}", "remote", "add",
-                    "--set=gpg-verify-summary=true", f"--set=gpgkeypath={key[1]}", "origin",
+                    "--set=gpg-verify-summary=true", f"--set=gpgkeypath={release_key[1]}", "origin",
                     f"file://{job.archive.path}"], check=True)
     refs = subprocess.run(["ostree", f"--repo={tmp_path / 'device'}", "remote", "refs",
                            "origin"], capture_output=True, text=True, check=False)

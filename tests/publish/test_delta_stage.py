@@ -11,7 +11,7 @@ import json
 import random
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,11 @@ from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
 from builder.core.ostree import delta_dir
 from builder.core.runner import Measured, Runner
-from builder.core.signing import SigningKey, signature_epoch
+from builder.core.signing import signature_epoch
 from builder.publish.deltas import DeltaOptions, generate_deltas, resolve_ref
 from builder.publish.report import report_dir
 from tests.support.cli import RELEASE
-from tests.support.keys import make_release_key
+from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
 
@@ -80,17 +80,6 @@ def make_chain(root: Path, commits: int) -> Chain:
     return chain
 
 
-@pytest.fixture(scope="module")
-def key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SigningKey, Path]]:
-    home = tmp_path_factory.mktemp("key") / "gnupg"
-    key_id = make_release_key(home)
-    public = home.parent / "public.asc"
-    public.write_bytes(subprocess.run(["gpg", "--homedir", str(home), "--export", "--armor",
-                                       key_id], check=True, capture_output=True).stdout)
-    yield SigningKey(key_id, home), public
-    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
-
-
 def deltas(chain: Chain, runner: Runner | None = None, **options: Any) -> dict[str, Any]:
     generate_deltas(chain.ctx(runner), DeltaOptions(ref=REF, **options))
     return json.loads((report_dir(chain.build, REF) / "report.json").read_text())
@@ -131,10 +120,10 @@ def test_the_release_says_from_how_many_commits(tmp_path: Path) -> None:
 
 
 def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
-                                                          key: tuple[SigningKey, Path]) -> None:
+                                                          release_key: ReleaseKey) -> None:
     chain = make_chain(tmp_path, 3)
     c1, c2, c3 = chain.commits
-    deltas(chain, key=key[0])
+    deltas(chain, key=release_key[0])
     out = report_dir(chain.build, REF)
     index = json.loads((out / "index.json").read_text())
     assert (index["ref"], index["to_commit"], index["to_version"]) == (REF, c3, "4.14.3")
@@ -153,38 +142,39 @@ def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
     assert files[f"empty-{c3}.delta"]["from_commit"] is None
     verify = tmp_path / "verify"
     verify.mkdir(mode=0o700)
-    subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--import", str(key[1])],
+    subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--import", str(release_key[1])],
                    check=True, capture_output=True)
     checked = subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--status-fd", "1",
                               "--verify", str(out / "index.json.sig"), str(out / "index.json")],
                              capture_output=True, text=True, check=False)
     assert checked.returncode == 0 and "[GNUPG:] VALIDSIG" in checked.stdout
-    assert [a for a in gpg_agents() if a.homedir == key[0].homedir] == []
+    assert [a for a in gpg_agents() if a.homedir == release_key[0].homedir] == []
     # Dated like the RPMs' and repomd.xml's signatures: the release's epoch, or the key's
     # creation when that is later, never the time of the run.
     validsig = next(line.split() for line in checked.stdout.splitlines()
                     if line.startswith("[GNUPG:] VALIDSIG"))
-    assert int(validsig[4]) == signature_epoch(Runner(), key[0], 1700000000)
+    assert int(validsig[4]) == signature_epoch(Runner(), release_key[0], 1700000000)
     # A device reading the summary checks its signature too.
     assert (chain.repo / "summary.sig").is_file()
 
 
 def test_a_signed_rerun_writes_the_same_index_and_signature(
-        tmp_path: Path, key: tuple[SigningKey, Path], capfd: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, release_key: ReleaseKey, capfd: pytest.CaptureFixture[str]) -> None:
     chain = make_chain(tmp_path, 2)
     out = report_dir(chain.build, REF)
-    deltas(chain, key=key[0])
-    assert f"    signed {out / 'index.json'} with {key[0].key_id}\n" in capfd.readouterr().err
+    deltas(chain, key=release_key[0])
+    signed = f"    signed {out / 'index.json'} with {release_key[0].key_id}\n"
+    assert signed in capfd.readouterr().err
     first = {name: (out / name).read_bytes() for name in ("index.json", "index.json.sig")}
     time.sleep(1.1)  # a signature dated "now" would differ
-    deltas(chain, key=key[0])
+    deltas(chain, key=release_key[0])
     assert {name: (out / name).read_bytes() for name in first} == first
 
 
 def test_an_unsigned_run_drops_the_old_signature_and_says_so(
-        tmp_path: Path, key: tuple[SigningKey, Path], capfd: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, release_key: ReleaseKey, capfd: pytest.CaptureFixture[str]) -> None:
     chain = make_chain(tmp_path, 2)
-    deltas(chain, key=key[0])
+    deltas(chain, key=release_key[0])
     out = report_dir(chain.build, REF)
     assert (out / "index.json.sig").is_file()
     capfd.readouterr()

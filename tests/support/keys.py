@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from builder.core.signing import SigningKey
+
 
 def make_release_key(homedir: Path) -> str:
     """A passphrase-less ed25519 key standing in for a release engineer's signing key."""
@@ -16,3 +18,6 @@ def make_release_key(homedir: Path) -> str:
                               "--list-secret-keys"], check=True, capture_output=True,
                              text=True).stdout
     return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+ReleaseKey = tuple[SigningKey, Path]  # the signing key and its exported public key
