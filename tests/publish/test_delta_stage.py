@@ -135,8 +135,9 @@ def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
                                                      sha256(out / name)), name
         assert entry["to_commit"] == c3 and entry["to_version"] == "4.14.3"
     report = json.loads((out / "report.json").read_text())
-    assert {p["offline_file"]: p["delta_parts"] for p in report["paths"]} == \
-        {name: entry["parts"] for name, entry in files.items()}
+    assert {p["offline_file"]: (p["delta_parts"], p["offline_bytes"], p["offline_sha256"])
+            for p in report["paths"]} == \
+        {name: (entry["parts"], entry["bytes"], entry["sha256"]) for name, entry in files.items()}
     assert (files[f"{c2}-{c3}.delta"]["from_commit"],
             files[f"{c2}-{c3}.delta"]["from_version"]) == (c2, "4.14.2")
     assert files[f"empty-{c3}.delta"]["from_commit"] is None
