@@ -42,8 +42,8 @@ class Payload:
 
     kind: str      # "path" | "url" | "sample"
     location: str  # absolute path, URL, or sample name
-    sha256: str | None = None
-    field: str = ""  # where release.yaml names it, e.g. components.core.payload.files[0]
+    sha256: str | None
+    field: str  # where release.yaml names it, e.g. components.core.payload.files[0]
 
     @property
     def is_sample(self) -> bool:
@@ -119,7 +119,7 @@ def _files(doc: document.Payload | document.ArchPayload, root: Path, file: str,
 def _source(doc: document.Payload | document.ArchPayload | document.PayloadSource, root: Path,
             file: str, prefix: str) -> Payload:
     if doc.sample is not None:
-        return Payload("sample", doc.sample, field=prefix)
+        return Payload("sample", doc.sample, None, prefix)
     if doc.url is not None:
         return Payload("url", doc.url, doc.sha256, prefix)
     assert doc.path is not None  # the model's rule: exactly one source

@@ -22,8 +22,8 @@ def resolve_payload(ctx: Context, key: str, files: tuple[PayloadFile, ...],
     """A local, verified file for every payload file of component `key`'s `arch` package."""
     resolved = {}
     for file in files:
-        field = file.source.field or f"components.{key}.payload"
-        path = _resolve(ctx, field, file.source, scratch / "payloads" / key / file.name)
+        path = _resolve(ctx, file.source.field, file.source,
+                        scratch / "payloads" / key / file.name)
         _check_machine(ctx, key, file, path, arch)
         resolved[file] = path
     return resolved
@@ -54,7 +54,7 @@ def _check_machine(ctx: Context, key: str, file: PayloadFile, path: Path, arch: 
             hint = (f"one payload serves every architecture of the release: give each its "
                     f"own under {payload.field} ({entries}), or build only {machine} here "
                     f"(--arch {machine})")
-    raise InputError(str(ctx.release_path), file.source.field or payload.field_for(arch),
+    raise InputError(str(ctx.release_path), file.source.field,
                      f"{file.source.location} is an {machine} executable, but it is "
                      f"packaged for {', '.join(packaged_for)}", hint=hint)
 

@@ -17,7 +17,7 @@ from builder.core.errors import InputError
 from builder.core.http_thread import ServedInThread
 from builder.core.progress import Progress
 from builder.release.samples import payload_standin
-from builder.rpm.payloads import elf_machine, resolve_payload
+from builder.rpm.payloads import check_payloads, elf_machine, resolve_payload
 from builder.rpm.sample_elf import print_and_exit
 from tests.release.test_release import write_release
 from tests.support.cli import run_cli
@@ -31,6 +31,7 @@ class Handler(BaseHTTPRequestHandler):
     served: ClassVar[list[str]] = []
     watch: ClassVar[Path | None] = None  # what is in this directory while a download runs
     seen: ClassVar[list[list[str]]] = []
+    body: ClassVar[bytes] = BINARY
 
     def do_GET(self) -> None:
         self.served.append(self.path)
@@ -40,9 +41,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         self.send_response(200)
-        self.send_header("Content-Length", str(len(BINARY)))
+        self.send_header("Content-Length", str(len(self.body)))
         self.end_headers()
-        self.wfile.write(BINARY)
+        self.wfile.write(self.body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass
@@ -50,7 +51,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, list[str]]]:
-    Handler.served, Handler.watch, Handler.seen = [], None, []
+    Handler.served, Handler.watch, Handler.seen, Handler.body = [], None, [], BINARY
     with ServedInThread(ThreadingHTTPServer(("127.0.0.1", 0), Handler), "payloads") as served:
         yield served.url, Handler.served
 
@@ -222,3 +223,42 @@ def test_a_foreign_executable_is_named_with_the_architectures_it_would_serve(
     assert str(caught.value) == (
         f"{release}: {field}.files[0]: {binary} is an s390x executable, but it is packaged "
         f"for {packaged_for} (hint: use an x86_64 build of /usr/bin/microshift)")
+
+
+def arch_release(tmp_path: Path, aarch64: dict[str, str]) -> Context:
+    """A release of x86_64 and aarch64 whose payload is named per architecture."""
+    x86 = tmp_path / "microshift-x86_64"
+    x86.write_bytes(print_and_exit("x86_64", "microshift\n"))
+    release = write_release(tmp_path, lambda d: (
+        d.update(architectures=["x86_64", "aarch64"]),
+        d["components"]["core"].update(payload={"x86_64": {"path": str(x86)},
+                                                "aarch64": aarch64})))
+    return Context(build_dir=tmp_path / "build", release_path=release,
+                   progress=Progress(stream=io.StringIO()))
+
+
+def test_every_architectures_payload_is_checked_before_any_work(
+        tmp_path: Path, server: tuple[str, list[str]]) -> None:
+    base, served = server
+    arm = print_and_exit("aarch64", "microshift\n")
+    Handler.body = arm
+    ctx = arch_release(tmp_path, {"url": f"{base}/microshift",
+                                  "sha256": hashlib.sha256(arm).hexdigest()})
+    check_payloads(ctx)
+    assert served == ["/microshift"]  # the second architecture's too, not only the first's
+    assert built_files(tmp_path / "build") == [
+        tmp_path / "build/.cache/payloads" / hashlib.sha256(arm).hexdigest()]
+
+
+def test_an_architectures_payload_built_for_another_is_named_by_its_field(
+        tmp_path: Path) -> None:
+    x86_again = tmp_path / "microshift-also-x86_64"
+    x86_again.write_bytes(print_and_exit("x86_64", "microshift\n"))
+    ctx = arch_release(tmp_path, {"path": str(x86_again)})
+    with pytest.raises(InputError) as refused:
+        check_payloads(ctx)
+    assert (refused.value.path, refused.value.field, refused.value.problem) == (
+        str(ctx.release_path), "components.core.payload.aarch64",
+        f"{x86_again} is an x86_64 executable, but it is packaged for aarch64")
+    assert refused.value.hint == "use an aarch64 build of /usr/bin/microshift"
+    assert built_files(tmp_path / "build") == []  # the check writes nothing
