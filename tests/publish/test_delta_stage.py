@@ -7,6 +7,7 @@ pair (minutes); these are what mutation testing runs against builder/publish/del
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import subprocess
@@ -22,6 +23,7 @@ from builder.context import Context
 from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
 from builder.core.ostree import delta_dir
+from builder.core.progress import Progress, human_bytes
 from builder.core.runner import Measured, Runner
 from builder.core.signing import signature_epoch
 from builder.publish.deltas import DeltaOptions, generate_deltas, resolve_ref
@@ -33,12 +35,14 @@ pytestmark = pytest.mark.integration
 
 REF = "microshift/x86_64/small"
 MiB = 1024 * 1024
+GiB = 1024 * MiB
 
 
 @dataclass(frozen=True)
 class Chain:
     build: Path
     commits: list[str]  # oldest first
+    ref: str = REF
 
     @property
     def repo(self) -> Path:
@@ -59,7 +63,7 @@ class Chain:
         for name, data in files.items():
             (tree / name).parent.mkdir(parents=True, exist_ok=True)
             (tree / name).write_bytes(data)
-        commit = ostree(self.repo, "commit", f"--branch={REF}", f"--tree=dir={tree}",
+        commit = ostree(self.repo, "commit", f"--branch={self.ref}", f"--tree=dir={tree}",
                         f"--timestamp=2023-01-{release:02d}T00:00:00Z",
                         f"--add-metadata-string=version=4.14.{release}")
         self.commits.append(commit)
@@ -71,8 +75,8 @@ def ostree(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def make_chain(root: Path, commits: int) -> Chain:
-    chain = Chain(root / "build", [])
+def make_chain(root: Path, commits: int, ref: str = REF) -> Chain:
+    chain = Chain(root / "build", [], ref)
     chain.repo.mkdir(parents=True)
     ostree(chain.repo, "init", "--mode=archive")
     for _ in range(commits):
@@ -309,3 +313,63 @@ def test_the_ref_is_the_images_unless_given(tmp_path: Path) -> None:
     assert resolve_ref(ctx, DeltaOptions(ref=REF)) == REF
     assert resolve_ref(ctx, DeltaOptions(image="microshift-minimal")) == \
         "microshift/x86_64/microshift-minimal"
+
+
+def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 3)
+    c1, c2, c3 = chain.commits
+    stream = io.StringIO()
+    ctx = Context(chain.build, RELEASE, progress=Progress(json_mode=True, stream=stream))
+    started = time.monotonic()
+    generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB))
+    took = time.monotonic() - started
+    report = json.loads((report_dir(chain.build, REF) / "report.json").read_text())
+    assert (report["repo"], report["jobs"], report["memory_ceiling_bytes"]) == \
+        (str(chain.repo), 1, 3 * GiB)
+    assert 0 < report["wall_seconds"] <= took
+    assert all(0 < p["path_seconds"] <= report["wall_seconds"] and
+               p["path_seconds"] == round(p["path_seconds"], 2) for p in report["paths"])
+    # What each update changes (no packages or images in these commits, but both updates).
+    assert [(c["from"]["commit"], c["to"]["commit"]) for c in report["changes"]] == \
+        [(c2, c3), (c1, c3)]
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    step = f"static deltas to {REF} = {c3[:12]} from 2 previous commits and from scratch"
+    assert {"event": "start", "step": step} in [
+        {k: e[k] for k in ("event", "step")} for e in events]
+    messages = {e["message"]: e for e in events if e["event"] == "info"}
+    assert "up to 1 paths at once, memory ceiling 3.0 GiB" in messages
+    for path in report["paths"]:
+        label = f"{(path['from_commit'] or 'empty')[:12]} -> {c3[:12]}"
+        line = (f"{label}: {human_bytes(path['delta_bytes'])} in {path['delta_parts']} parts, "
+                f"0 fallback objects, generated in {path['generation_seconds']:.1f}s, peak "
+                f"{human_bytes(path['peak_memory_bytes'])}")
+        assert (messages[line]["path"], messages[line]["bytes"]) == (label, path["delta_bytes"])
+    stream.truncate(0)
+    generate_deltas(ctx, DeltaOptions(ref=REF))
+    kept = report["paths"][0]
+    assert (f"{c2[:12]} -> {c3[:12]}: {human_bytes(kept['delta_bytes'])} in "
+            f"{kept['delta_parts']} parts, 0 fallback objects, kept the existing delta"
+            in stream.getvalue())
+
+
+def test_a_path_whose_estimate_is_over_the_ceiling_runs_alone_and_says_so(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    chain = make_chain(tmp_path, 2)
+    estimates = {p["from_commit"]: p["knobs"]["memory_estimate_bytes"]
+                 for p in deltas(chain, offline=False)["paths"]}
+    ceiling = max(estimates.values())
+    capfd.readouterr()
+    deltas(chain, offline=False, memory_limit=ceiling)  # every estimate fits
+    assert "estimated peak" not in capfd.readouterr().err
+    deltas(chain, offline=False, memory_limit=ceiling - 1)
+    err = capfd.readouterr().err
+    for source, estimate in estimates.items():
+        assert (f"    {(source or 'empty')[:12]}: estimated peak {human_bytes(estimate)} is "
+                "over the ceiling even without bsdiff; it runs alone\n" in err) == \
+            (estimate == ceiling)
+
+
+def test_without_a_ref_the_images_ref_is_updated(tmp_path: Path) -> None:
+    chain = make_chain(tmp_path, 2, ref="microshift/x86_64/microshift-full")
+    report = generate_deltas(chain.ctx(), DeltaOptions())
+    assert (report.ref, report.to_commit) == (chain.ref, chain.commits[-1])
