@@ -120,7 +120,7 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
         wall = time.monotonic() - started
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
                          round(wall, 2), jobs, ceiling,
-                         changes_to(repo, head, previous, ctx.progress.info))
+                         changes_to(repo, head, previous, ctx.progress.warn))
     write_atomic(out_dir / "report.json", report.to_json())
     write_atomic(out_dir / "report.txt", report.text() + "\n")
     ctx.progress.wrote(str(out_dir / "report.json"), (out_dir / "report.json").stat().st_size)
@@ -180,12 +180,14 @@ def _build_path(ctx: Context, target: _Target,
         repo.delta_delete(source, head)
     generated = not (directory / "superblock").is_file()
     seconds = peak = None
+    how = "kept the existing delta"
     if generated:
         ctx.progress.info(f"{label}: generating ({' '.join(plan.generate_args())}; estimated "
                           f"peak {human_bytes(plan.memory_estimate)})")
         measured = ctx.runner.measured(repo.delta_generate_argv(head, source,
                                                                 plan.generate_args()))
         seconds, peak = round(measured.seconds, 2), measured.peak_rss
+        how = f"generated in {seconds:.1f}s, peak {human_bytes(peak)}"
     superblock = read_superblock(repo, source, head)
     if superblock.fallbacks:
         raise BuildError(f"delta {label} has {len(superblock.fallbacks)} fallback objects "
@@ -201,11 +203,9 @@ def _build_path(ctx: Context, target: _Target,
                      offline_sha256=offline.sha256 if offline else None, generated=generated,
                      generation_seconds=seconds, peak_memory_bytes=peak, knobs=plan.to_json(),
                      large_files=large, path_seconds=round(time.monotonic() - started, 2))
-    ctx.progress.info(
-        f"{label}: {human_bytes(result.delta_bytes)} in {result.delta_parts} parts, "
-        f"{result.fallback_objects} fallback objects"
-        + (f", generated in {seconds:.1f}s, peak {human_bytes(peak or 0)}" if generated
-           else ", kept the existing delta"), path=label, bytes=result.delta_bytes)
+    ctx.progress.info(f"{label}: {human_bytes(result.delta_bytes)} in {result.delta_parts} "
+                      f"parts, {result.fallback_objects} fallback objects, {how}",
+                      path=label, bytes=result.delta_bytes)
     return result, offline
 
 

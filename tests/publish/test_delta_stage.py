@@ -321,13 +321,16 @@ def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path) -> None:
     stream = io.StringIO()
     ctx = Context(chain.build, RELEASE, progress=Progress(json_mode=True, stream=stream))
     started = time.monotonic()
-    generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB))
+    returned = generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB))
     took = time.monotonic() - started
-    report = json.loads((report_dir(chain.build, REF) / "report.json").read_text())
+    out = report_dir(chain.build, REF)
+    report = json.loads((out / "report.json").read_text())
+    assert (out / "report.txt").read_text() == returned.text() + "\n"
     assert (report["repo"], report["jobs"], report["memory_ceiling_bytes"]) == \
         (str(chain.repo), 1, 3 * GiB)
-    assert 0 < report["wall_seconds"] <= took
-    assert all(0 < p["path_seconds"] <= report["wall_seconds"] and
+    assert isinstance(report["wall_seconds"], float) and 0 < report["wall_seconds"] <= took
+    assert all(isinstance(p["path_seconds"], float) and
+               0 < p["path_seconds"] <= report["wall_seconds"] and
                p["path_seconds"] == round(p["path_seconds"], 2) for p in report["paths"])
     # What each update changes (no packages or images in these commits, but both updates).
     assert [(c["from"]["commit"], c["to"]["commit"]) for c in report["changes"]] == \
@@ -338,6 +341,9 @@ def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path) -> None:
         {k: e[k] for k in ("event", "step")} for e in events]
     messages = {e["message"]: e for e in events if e["event"] == "info"}
     assert "up to 1 paths at once, memory ceiling 3.0 GiB" in messages
+    size = (out / "report.json").stat().st_size
+    assert messages[f"wrote {out / 'report.json'} ({human_bytes(size)})"]["path"] == \
+        str(out / "report.json")
     for path in report["paths"]:
         label = f"{(path['from_commit'] or 'empty')[:12]} -> {c3[:12]}"
         line = (f"{label}: {human_bytes(path['delta_bytes'])} in {path['delta_parts']} parts, "
@@ -373,3 +379,18 @@ def test_without_a_ref_the_images_ref_is_updated(tmp_path: Path) -> None:
     chain = make_chain(tmp_path, 2, ref="microshift/x86_64/microshift-full")
     report = generate_deltas(chain.ctx(), DeltaOptions())
     assert (report.ref, report.to_commit) == (chain.ref, chain.commits[-1])
+
+
+def test_a_commit_whose_packages_cannot_be_read_costs_the_report_its_changes_only(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    chain = make_chain(tmp_path, 1)
+    tree = chain.build / "trees" / "broken"
+    (tree / "usr/lib/sysimage/rpm").mkdir(parents=True)
+    (tree / "usr/lib/sysimage/rpm/rpmdb.sqlite").write_bytes(b"not a database")
+    head = ostree(chain.repo, "commit", f"--branch={REF}", f"--tree=dir={tree}",
+                  "--add-metadata-string=version=4.14.9")
+    report = deltas(chain)
+    assert report["to_commit"] == head and len(report["paths"]) == 2
+    assert report["changes"] == []
+    assert (f"WARNING: the update report lists no package or image changes: commit "
+            f"{head[:12]}: rpm cannot read its rpm database") in capfd.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,8 +125,9 @@ def test_paths_wait_while_their_memory_does_not_fit() -> None:
             active[0] -= 1
         return 0
 
-    run_parallel(work, plans, jobs=3, ceiling=ceiling)
+    results = run_parallel(work, plans, jobs=3, ceiling=ceiling)
     assert peak[0] == 1
+    assert sorted(results) == sorted(id(plan) for plan in plans)  # every one ran
 
 
 def test_a_failing_path_fails_the_run() -> None:
@@ -169,3 +171,53 @@ def test_a_measured_command_s_failure_is_a_tool_error() -> None:
 
     with pytest.raises(ToolError, match="exit code 3"):
         Runner().measured(["python3", "-c", "import sys; sys.exit(3)"])
+
+
+def _finished(run: Callable[[], object], seconds: float = 20) -> bool:
+    """Whether run() returns within `seconds` (a scheduler that never ends must fail the
+    test, not hang it)."""
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive()
+
+
+def test_a_path_over_the_ceiling_still_runs_alone() -> None:
+    plans = _plans([10 * MB, 300 * MB])
+    ceiling = min(p.memory_estimate for p in plans)  # the larger one never fits
+    results: dict[int, int] = {}
+    assert _finished(lambda: results.update(
+        run_parallel(lambda plan: plan.new_bytes, plans, jobs=2, ceiling=ceiling)))
+    assert sorted(results.values()) == [10 * MB, 300 * MB]
+
+
+def test_paths_whose_estimates_fill_the_ceiling_exactly_run_together() -> None:
+    plans = _plans([10 * MB, 20 * MB])
+    together = threading.Barrier(2, timeout=10)
+
+    def work(plan: PathPlan) -> bool:
+        try:
+            together.wait()  # each waits for the other to be running
+        except threading.BrokenBarrierError:
+            return False
+        return True
+
+    ceiling = sum(p.memory_estimate for p in plans)
+    assert list(run_parallel(work, plans, jobs=2, ceiling=ceiling).values()) == [True, True]
+
+
+def test_a_new_path_starts_as_soon_as_any_running_one_ends() -> None:
+    """With 2 jobs, the third path starts when the short one ends, while the long one
+    still runs (it waits for the third to have started)."""
+    plans = _plans([300 * MB, 10 * MB, 20 * MB])  # started longest first: 300, 20, then 10
+    third_started = threading.Event()
+
+    def work(plan: PathPlan) -> bool:
+        if plan.new_bytes == 300 * MB:
+            return third_started.wait(timeout=10)
+        if plan.new_bytes == 10 * MB:
+            third_started.set()
+        return True
+
+    results = run_parallel(work, plans, jobs=2, ceiling=64 * GB)
+    assert sorted(results.values()) == [True, True, True]
