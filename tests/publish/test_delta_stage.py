@@ -152,6 +152,7 @@ def test_the_index_lists_every_offline_file_and_is_signed(tmp_path: Path,
     checked = subprocess.run(["gpg", "--homedir", str(verify), "--batch", "--status-fd", "1",
                               "--verify", str(out / "index.json.sig"), str(out / "index.json")],
                              capture_output=True, text=True, check=False)
+    subprocess.run(["gpgconf", "--homedir", str(verify), "--kill", "gpg-agent"], check=False)
     assert checked.returncode == 0 and "[GNUPG:] VALIDSIG" in checked.stdout
     assert [a for a in gpg_agents() if a.homedir == release_key[0].homedir] == []
     # Dated like the RPMs' and repomd.xml's signatures: the release's epoch, or the key's
