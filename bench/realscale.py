@@ -35,6 +35,7 @@ from bench.fixture import SERIES, Series, image_bytes, payload, release_file
 from builder.core.ostree import Repo, TreeFile
 from builder.core.runner import Runner
 from builder.core.signing import SAMPLE_PUBLIC_KEY
+from builder.core.steps import builder_code_digest
 from builder.device.commits import UpdatePair
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +55,15 @@ def builder(*args: str | Path, release: Path | None = None) -> float:
 
 
 def compose_series(series: Series, releases: int, cache: Path, build: Path) -> list[Path]:
-    """build-image --until compose for each release, oldest first (cached steps reused)."""
+    """build-image --until compose for each release, oldest first (cached steps reused).
+
+    Commits composed by another version of the builder are dropped first: composing the
+    older releases again onto a ref whose head is the newest would add commits of them on
+    top of it (the measured history must be the releases in order)."""
+    if _composed_by_another_builder(build):
+        print("  the builder changed since these commits were composed: composing afresh",
+              flush=True)
+        shutil.rmtree(build / "ostree")
     files = []
     for index in range(len(series.payloads) - releases, len(series.payloads)):
         release = release_file(series, index, cache, build.parent / "releases")
@@ -63,6 +72,17 @@ def compose_series(series: Series, releases: int, cache: Path, build: Path) -> l
         print(f"  release {index + 1}: composed in {seconds:.0f}s", flush=True)
         files.append(release)
     return files
+
+
+def _composed_by_another_builder(build: Path) -> bool:
+    records = sorted((build / "ostree" / "compose-inputs").rglob("*.json"))
+    if not (build / "ostree").exists():
+        return False
+    try:
+        built_by = {json.loads(r.read_text())["inputs"]["builder"] for r in records}
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    return built_by != {builder_code_digest()}
 
 
 def _normalized(files: list[TreeFile]) -> dict[str, TreeFile]:
