@@ -21,6 +21,20 @@ from builder.core.errors import MissingToolError, ToolError
 
 log = logging.getLogger("builder.run")
 
+# System tools the builder runs (semodule, losetup, vgs, ...) live here, and Debian leaves
+# them off an unprivileged user's PATH although they work for one (`semodule -p ROOT`).
+SBIN_DIRS = ("/usr/local/sbin", "/usr/sbin", "/sbin")
+
+
+def search_path(path: str | None = None) -> str:
+    """`path` (default: $PATH), followed by the sbin directories it lacks."""
+    parts = (os.environ.get("PATH", os.defpath) if path is None else path).split(os.pathsep)
+    return os.pathsep.join([*parts, *(d for d in SBIN_DIRS if d not in parts)])
+
+
+def find_tool(name: str) -> str | None:
+    return shutil.which(name, path=search_path())
+
 
 @dataclass
 class Runner:
@@ -40,9 +54,9 @@ class Runner:
         check: bool = True,
     ) -> subprocess.CompletedProcess[bytes]:
         args = [os.fspath(a) for a in argv]
-        if shutil.which(args[0]) is None and not os.path.exists(args[0]):
+        full_env = self._env(env)
+        if shutil.which(args[0], path=full_env["PATH"]) is None and not os.path.exists(args[0]):
             raise MissingToolError(args[0])
-        full_env = {**os.environ, **self.env, **(env or {})}
         log.debug("run: %s%s", " ".join(args), f" (cwd={cwd})" if cwd else "")
         try:
             proc = subprocess.run(
@@ -71,7 +85,8 @@ class Runner:
         ru_maxrss, so a command forked straight from this (possibly large) process would
         report at least this process's own peak."""
         args = [os.fspath(a) for a in argv]
-        if shutil.which(args[0]) is None and not os.path.exists(args[0]):
+        full_env = self._env(None)
+        if shutil.which(args[0], path=full_env["PATH"]) is None and not os.path.exists(args[0]):
             raise MissingToolError(args[0])
         log.debug("run (measured): %s", " ".join(args))
         read_end, write_end = os.pipe()
@@ -81,7 +96,7 @@ class Runner:
                 child = subprocess.Popen(
                     [sys.executable, "-S", "-c", MEASURE_LAUNCHER, str(write_end), *args],
                     stdout=out, stderr=err, stdin=subprocess.DEVNULL, pass_fds=(write_end,),
-                    env={**os.environ, **self.env})
+                    env=full_env)
                 os.close(write_end)
                 write_end = -1
                 returncode = child.wait()
@@ -97,6 +112,11 @@ class Runner:
         if check and proc.returncode != 0:
             raise ToolError(args, proc.returncode, proc.stderr.decode(errors="replace"))
         return Measured(proc, seconds, int(peak_kib) * 1024)
+
+    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+        env = {**os.environ, **self.env, **(extra or {})}
+        env["PATH"] = search_path(env.get("PATH", os.defpath))
+        return env
 
     def output(self, argv: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:
         """Run and return stdout as text."""
@@ -128,5 +148,5 @@ class Measured:
 
 def require_tools(*tools: str) -> None:
     for tool in tools:
-        if shutil.which(tool) is None:
+        if find_tool(tool) is None:
             raise MissingToolError(tool)

@@ -12,13 +12,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
 import threading
 from collections.abc import Callable
 from typing import TypeVar
 
 from builder.core.errors import BuildError
-from builder.core.runner import Runner
+from builder.core.runner import Runner, find_tool
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -31,7 +30,7 @@ def netns_unavailable_reason(runner: Runner) -> str | None:
     if os.geteuid() != 0:
         return "network namespaces need root (run as root or in a privileged container)"
     for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
+        if find_tool(tool) is None:
             return f"'{tool}' (iproute2) is not installed"
     probe = f"msb-probe-{os.getpid()}"
     proc = runner.run(["ip", "netns", "add", probe], check=False)

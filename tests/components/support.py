@@ -118,8 +118,8 @@ def volume_group(workdir: Path) -> Iterator[str]:
 
     Skips the test, with the reason, where loop devices or LVM are not available.
     """
-    requires.need_tools("losetup", "pvcreate", "vgcreate", "vgremove")
     requires.need_root("a loop device and a volume group")
+    requires.need_tools("losetup", "pvcreate", "vgcreate", "vgremove")
     backing = workdir / "pv.img"
     with backing.open("wb") as handle:
         handle.truncate(64 * 1024 * 1024)

@@ -311,8 +311,8 @@ def test_topolvm_rejects_bad_lvmd_yaml_with_exit_2(root: Path, text: str, messag
 
 @pytest.mark.integration
 def test_topolvm_with_a_missing_volume_group_exits_1(root: Path) -> None:
-    requires.need_tools("vgs")
     requires.need_root("`vgs` reads the block devices")
+    requires.need_tools("vgs")
     write_lvmd(root, CLASS.replace("rhel", "msb-no-such-vg"))
     proc = run_plugin(plugin_dir(root, "storage-topolvm"), "run", sysroot=root)
     assert proc.returncode == 1 and proc.stdout == ""

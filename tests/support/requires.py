@@ -11,9 +11,10 @@ BUILDER_NO_TOOL_SKIPS=1 (`.ci/run` sets it) every other skip fails the test inst
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
+
+from builder.core.runner import find_tool
 
 STRICT_ENV = "BUILDER_NO_TOOL_SKIPS"
 
@@ -43,7 +44,7 @@ def need_root(why: str) -> None:
 
 def need_tools(*names: str) -> None:
     """Skip (fail under BUILDER_NO_TOOL_SKIPS=1) when a host tool is missing."""
-    missing = [name for name in names if shutil.which(name) is None]
+    missing = [name for name in names if find_tool(name) is None]
     if missing:
         pytest.skip(f"missing tool: {', '.join(missing)} "
                     "(`bash ci/install-host-tools.sh` installs it)")
