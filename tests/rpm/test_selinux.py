@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.runner import find_tool
 from builder.core.selinux import binary_policy
 from tests.support.cli import extract_rpm, rpm_query
 
@@ -24,8 +25,9 @@ def package(build: Path, name: str) -> Path:
 
 
 def semodule(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["semodule", "-p", str(root), "-s", "targeted", "-n", *args],
-                          capture_output=True, text=True, check=False)
+    # In /usr/sbin, which is not on an unprivileged Debian user's PATH.
+    return subprocess.run([find_tool("semodule") or "semodule", "-p", str(root), "-s",
+                           "targeted", "-n", *args], capture_output=True, text=True, check=False)
 
 
 def sesearch(policy: Path, *args: str) -> list[str]:
