@@ -22,7 +22,8 @@ ostree-releng-scripts' rsync-repos does):
               place together), then the update indexes, which name the new commits.
               summary before summary.sig: clients cache the summary keyed by its
               signature, so a client that meets the new summary with the old signature
-              keeps using its cached (old, consistent) summary.
+              keeps using its cached (old, consistent) summary. A changed summary is dated
+              after the published one (clients ask with If-Modified-Since).
 A publish interrupted anywhere leaves the target serving the old refs, all of whose objects
 are there; running it again completes it.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,6 +92,8 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
             extras = Path(scratch) / "extras"
             sboms = stage_sboms(sources, extras / "sbom", refs)
             reports = stage_reports(sources, extras / "updates")
+            if not options.target.startswith("s3://"):  # S3 dates each upload itself
+                stamp_summary(ctx, repo.path, options.target, Path(scratch) / "published")
             for phase, commands in plan(options.target, repo.path, extras):
                 with ctx.progress.step(f"upload {phase}"):
                     for argv in commands:
@@ -98,6 +102,38 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
         for ref, commit in refs.items():
             ctx.progress.info(f"published {ref} = {commit}", ref=ref, commit=commit)
     return PublishResult(options.target, refs, sboms, reports)
+
+
+def stamp_summary(ctx: Context, repo: Path, target: str, scratch: Path) -> None:
+    """Date a new summary after the published one.
+
+    ostree (2022.7) asks for summary.sig and summary with If-Modified-Since, and a web
+    server answers 304 Not Modified when the file is not newer, to the second, than the
+    device's copy. Uploaded with the build's own mtime (rsync -t), a summary made before
+    the published one, or within the same second, would leave devices on the old commits
+    until the next release. An unchanged summary keeps the published date, so publishing
+    again changes nothing."""
+    published = _published_signature(ctx, target, scratch)
+    ours = repo / "summary.sig"
+    if not ours.is_file():
+        return
+    if published is None:
+        stamp = int(time.time())
+    elif published.read_bytes() == ours.read_bytes():
+        stamp = int(published.stat().st_mtime)
+    else:
+        stamp = max(int(time.time()), int(published.stat().st_mtime) + 1)
+    for name in ("summary", "summary.sig"):
+        os.utime(repo / name, (stamp, stamp))
+
+
+def _published_signature(ctx: Context, target: str, scratch: Path) -> Path | None:
+    """The target's repo/summary.sig, copied with its date, or None when it has none."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    proc = ctx.runner.run([*RSYNC, f"{target.rstrip('/') or '/'}/repo/summary.sig",
+                           f"{scratch}/"], check=False)
+    copied = scratch / "summary.sig"
+    return copied if proc.returncode == 0 and copied.is_file() else None
 
 
 def check_signatures(ctx: Context, repo: Repo, refs: dict[str, str], key: SigningKey,

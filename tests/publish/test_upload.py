@@ -3,6 +3,7 @@ SBOMs and update reports beside it; merging the build directories of a CI matrix
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,33 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
 def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in root.rglob("*") if p.is_file()}
+
+
+@integration
+def test_a_summary_made_before_the_published_one_still_reaches_devices(
+        composed_pair: ComposedPair, tmp_path: Path) -> None:
+    """ostree asks for summary.sig and summary with If-Modified-Since; a web server (here
+    Python's, as nginx) answers 304 when the file is not newer than the device's copy. The
+    new release's summary was made earlier than the published one (a parallel CI job):
+    published with its own date, devices would stay on the old release."""
+    pair, target = composed_pair, tmp_path / "target"
+    old = released_build(pair, tmp_path / "old", pair.commit1)
+    new = released_build(pair, tmp_path / "new", pair.commit2)
+    made = (old / "ostree" / "repo" / "summary.sig").stat().st_mtime - 60
+    for name in ("summary", "summary.sig"):
+        os.utime(new / "ostree" / "repo" / name, (made, made))
+    assert cli("--release", pair.release2, "publish", "--build-dir", old, "--to", target) == 0
+    with serve(target / "repo") as (url, _):
+        device = device_repo(tmp_path / "device", url, pair.public_key)
+        ostree(f"--repo={device}", "pull", "origin", pair.ref)
+        assert head(device, f"origin:{pair.ref}") == pair.commit1
+        assert cli("--release", pair.release2, "publish", "--build-dir", new, "--to",
+                   target) == 0
+        ostree(f"--repo={device}", "pull", "origin", pair.ref)
+    assert head(device, f"origin:{pair.ref}") == pair.commit2
+    dates = {name: (target / "repo" / name).stat().st_mtime for name in ("summary",
+                                                                          "summary.sig")}
+    assert dates["summary"] == dates["summary.sig"] > made + 60
 
 
 @integration
