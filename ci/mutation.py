@@ -51,6 +51,9 @@ MODULES: dict[str, list[str]] = {
                                   "tests/publish/test_plan.py"],
     "builder/compose/rootfs.py": ["tests/compose/test_package_verification.py"],
     "builder/core/download.py": ["tests/core/test_download.py"],
+    # The publish's summary dates; its other tests publish the composed pair (minutes).
+    "builder/publish/upload.py": ["tests/publish/test_upload.py", "-k",
+                                  "dated or keeps_the_published"],
 }
 # Modules of which only some functions are safety checks: only those are mutated (the rest
 # builds the tree and is tested by whole composes, minutes per run).
@@ -63,6 +66,7 @@ MUTATED_FUNCTIONS: dict[str, list[str]] = {
                                   "_publish_commit"],
     # Every locked RPM present with its sha256, downloaded from a URL repository if need be.
     "builder/compose/rootfs.py": ["verify_packages", "_download"],
+    "builder/publish/upload.py": ["stamp_summary", "_published_signature"],
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,9 @@ import pytest
 from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.progress import Progress
-from builder.publish.upload import PublishOptions, plan, publish
+from builder.publish.upload import PublishOptions, plan, publish, stamp_summary
 from tests.support import requires
+from tests.support.cli import RELEASE
 from tests.support.keys import make_release_key
 from tests.support.ostree import (
     IMAGE,
@@ -227,3 +229,50 @@ def test_publish_without_refs_says_what_to_do(tmp_path: Path) -> None:
                   progress=Progress())
     with pytest.raises(BuildError, match="no refs to publish"):
         publish(ctx, PublishOptions(target=str(tmp_path / "target")))
+
+
+def _summary(repo: Path, signature: bytes, date: float) -> None:
+    repo.mkdir(parents=True, exist_ok=True)
+    for name, data in (("summary", b"summary of " + signature), ("summary.sig", signature)):
+        (repo / name).write_bytes(data)
+        os.utime(repo / name, (date, date))
+
+
+def _dates(repo: Path) -> tuple[float, float]:
+    return ((repo / "summary").stat().st_mtime, (repo / "summary.sig").stat().st_mtime)
+
+
+@pytest.mark.parametrize("published_at", [
+    None,   # nothing published yet: now
+    -3600,  # published an hour ago: now
+    3600,   # published "later", by a clock ahead of ours: a second after it
+    0,      # published this very second: the next second
+])
+def test_a_changed_summary_is_dated_after_the_published_one(
+        tmp_path: Path, published_at: int | None) -> None:
+    now = int(time.time())
+    ours, target = tmp_path / "build" / "repo", tmp_path / "target"
+    _summary(ours, b"new signature", now - 7200)  # made two hours ago
+    if published_at is not None:
+        _summary(target / "repo", b"old signature", now + published_at)
+    ctx = Context(build_dir=tmp_path / "build", release_path=RELEASE, progress=Progress())
+    stamp_summary(ctx, ours, str(target), tmp_path / "scratch")
+    after = int(time.time())
+    summary, signature = _dates(ours)
+    assert summary == signature
+    earliest = now if published_at is None else max(now, now + published_at + 1)
+    assert earliest <= signature <= max(earliest, after)
+
+
+def test_an_unchanged_summary_keeps_the_published_date(tmp_path: Path) -> None:
+    ours, target = tmp_path / "build" / "repo", tmp_path / "target"
+    published = int(time.time()) - 600
+    _summary(ours, b"same signature", published + 300)
+    _summary(target / "repo", b"same signature", published)
+    ctx = Context(build_dir=tmp_path / "build", release_path=RELEASE, progress=Progress())
+    stamp_summary(ctx, ours, str(target), tmp_path / "scratch")
+    assert _dates(ours) == (published, published)
+    (ours / "summary.sig").unlink()
+    os.utime(ours / "summary", (1, 1))
+    stamp_summary(ctx, ours, str(target), tmp_path / "scratch")  # no summary.sig: nothing
+    assert (ours / "summary").stat().st_mtime == 1
