@@ -130,10 +130,10 @@ def stamp_summary(ctx: Context, repo: Path, target: str, scratch: Path) -> None:
 def _published_signature(ctx: Context, target: str, scratch: Path) -> Path | None:
     """The target's repo/summary.sig, copied with its date, or None when it has none."""
     scratch.mkdir(parents=True, exist_ok=True)
-    proc = ctx.runner.run([*RSYNC, f"{target.rstrip('/') or '/'}/repo/summary.sig",
-                           f"{scratch}/"], check=False)
+    # rsync writes a file under its name only when complete; a failure copies nothing.
+    ctx.runner.run([*RSYNC, f"{target}/repo/summary.sig", f"{scratch}/"], check=False)
     copied = scratch / "summary.sig"
-    return copied if proc.returncode == 0 and copied.is_file() else None
+    return copied if copied.is_file() else None
 
 
 def check_signatures(ctx: Context, repo: Repo, refs: dict[str, str], key: SigningKey,

@@ -256,7 +256,7 @@ def test_a_changed_summary_is_dated_after_the_published_one(
     if published_at is not None:
         _summary(target / "repo", b"old signature", now + published_at)
     ctx = Context(build_dir=tmp_path / "build", release_path=RELEASE, progress=Progress())
-    stamp_summary(ctx, ours, str(target), tmp_path / "scratch")
+    stamp_summary(ctx, ours, f"{target}/", tmp_path / "scratch" / "published")
     after = int(time.time())
     summary, signature = _dates(ours)
     assert summary == signature
