@@ -33,9 +33,10 @@ def apply_delta_file(system: System, delta: Path, commit: str, remote: str,
     verify_commit(system, commit, remote, keyrings)
 
 
-def pull(system: System, remote: str, ref: str) -> str:
-    """`ostree pull REMOTE REF` (verified by ostree itself); the commit it fetched."""
-    system.ostree("pull", remote, ref)
+def pull(system: System, remote: str, ref: str, url: str | None = None) -> str:
+    """`ostree pull REMOTE REF` (verified by ostree itself, with the remote's keys whatever
+    `url` the bytes come from); the commit it fetched."""
+    system.ostree("pull", *([f"--url={url}"] if url else []), remote, ref)
     return system.ostree("rev-parse", f"{remote}:{ref}").strip()
 
 

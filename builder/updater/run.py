@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,15 @@ from builder.updater.index import (
     parse_index,
     verify_signature,
 )
+from builder.updater.relay import Relay, Tls
 from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
 
 STAGING = STATE_DIR / "staging"
 ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
 FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
+PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
+                   "ALL_PROXY")
 
 
 class Run:
@@ -167,13 +172,31 @@ class Run:
             self.method = "pull"
             self._set("downloading", f"ostree pull {remote}:{booted.ref}", method="pull",
                       target=index.to_commit if index else "")
-            return apply.pull(self.system, remote, booted.ref)
+            return self._pull(remote, booted.ref)
         self.method, self.delta = "delta-file", delta
         staged = self._download(index, delta, remote, booted)
         self._set("applying", f"{delta.file}")
         self.log(f"applying {delta.file} offline")
         apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings)
         return delta.to_commit
+
+    def _pull(self, remote: str, ref: str) -> str:
+        cap = self.config.max_bytes_per_second
+        why_not = uncappable(self.system, remote, os.environ) if cap else None
+        if not cap or why_not:
+            if why_not:
+                self.log(f"the pull is not capped at {cap} B/s: {why_not}")
+            return apply.pull(self.system, remote, ref)
+        url = self.system.remote_option(remote, "url") or ""
+        with Relay(url, cap, remote_tls(self.system, remote),
+                   float(self.config.timeout_seconds)) as relay:
+            self.log(f"ostree pull {remote}:{ref} through {relay.url}, capped at {cap} B/s")
+            try:
+                return apply.pull(self.system, remote, ref, relay.url)
+            finally:
+                self.transfer.received, self.transfer.requests = relay.received, relay.requests
+                self.log(f"pull: {relay.received} bytes from {url} in {relay.requests} "
+                         "requests")
 
     def _download(self, index: Index | None, delta: DeltaFile, remote: str,
                   booted: Booted) -> Path:
@@ -219,6 +242,27 @@ class Run:
         self.log("rebooting into the staged deployment")
         self.rebooted = True
         self.system.runner.run(["systemctl", "reboot"])
+
+
+def uncappable(system: System, remote: str, environ: Mapping[str, str]) -> str | None:
+    """Why the relay cannot carry every byte of a pull from this remote, or None."""
+    url = system.remote_option(remote, "url") or ""
+    if not url.startswith(("http://", "https://")):
+        return f"remote {remote!r} has no http(s) URL ({url or 'none'})"
+    for key in ("metalink", "contenturl", "proxy"):
+        if system.remote_option(remote, key):
+            return f"remote {remote!r} has a {key}, which ostree uses whatever URL it is given"
+    variables = [v for v in PROXY_VARIABLES if environ.get(v)]
+    if variables:
+        return f"{variables[0]} is set: the pull goes through that proxy"
+    return None
+
+
+def remote_tls(system: System, remote: str) -> Tls:
+    option = functools.partial(system.remote_option, remote)
+    return Tls(permissive=(option("tls-permissive") or "false").lower() == "true",
+               ca_path=option("tls-ca-path"), client_cert=option("tls-client-cert-path"),
+               client_key=option("tls-client-key-path"))
 
 
 def _check_space(staging: Path, delta: DeltaFile) -> None:

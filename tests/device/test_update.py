@@ -262,6 +262,25 @@ def test_without_an_index_the_updater_pulls_the_ref(pair: UpdatePair, tmp_path: 
     assert "falling back to ostree pull" in " ".join(report.log)
 
 
+def test_a_capped_pull_takes_every_byte_through_the_relay(pair: UpdatePair,
+                                                         tmp_path: Path) -> None:
+    """ostree has no rate limit: with max_bytes_per_second the fallback pull goes through
+    the updater's relay, which stays under the cap, and ostree still verifies the commit."""
+    repo = _site(pair, tmp_path)
+    shutil.rmtree(repo.parent / "updates")
+    device = _booted_device(pair, tmp_path)
+    cap = 200_000
+    report, deployment = run_updater(device, repo, UpdateOptions(
+        config={**SIM, "max_bytes_per_second": cap}))
+    assert report.method == "pull" and deployment.checksum == pair.v2
+    log = " ".join(report.log)
+    assert "through http://127.0.0.1:" in log and f"capped at {cap} B/s" in log
+    # Every byte the server sent went through the relay, none around it.
+    assert f"pull: {report.bytes_on_wire} bytes from " in log
+    assert report.bytes_on_wire > 100_000
+    assert report.seconds >= (report.bytes_on_wire - 64 * 1024) / cap
+
+
 def test_a_bad_update_yaml_stops_the_updater_naming_the_key(pair: UpdatePair,
                                                             tmp_path: Path) -> None:
     device = _booted_device(pair, tmp_path)

@@ -1,0 +1,225 @@
+"""The relay that caps `ostree pull`: every byte passes it unchanged and under the cap, the
+remote's answers (404, 304, ranges) reach ostree as the remote gave them, redirects are
+followed inside the relay, and the remote sees kept-alive connections, not one per object.
+
+Durations are asserted only from below: a cap is a floor on the time a transfer takes, and
+a loaded machine can only make a transfer slower."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.core.http_thread import ServedInThread
+from builder.core.runner import Runner
+from builder.updater.relay import Bucket, Relay, Tls
+from builder.updater.run import remote_tls, uncappable
+from builder.updater.system import System
+
+BODY = os.urandom(300_000)
+ETAG = '"v1"'
+
+
+class _Origin(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _OriginHandler)
+        self.files = {"/repo/config": b"[core]\nmode=archive-z2\n", "/repo/big": BODY}
+        self.redirects: dict[str, str] = {}
+        self.clients: set[int] = set()   # source ports: one per TCP connection
+        self.seen: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+
+
+class _OriginHandler(BaseHTTPRequestHandler):
+    server: _Origin
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        srv = self.server
+        with srv.lock:
+            srv.clients.add(self.client_address[1])
+            srv.seen.append(dict(self.headers.items()))
+        if self.path in srv.redirects:
+            self._answer(302, b"", Location=srv.redirects[self.path])
+        elif self.path not in srv.files:
+            self._answer(404, b"no such file\n")
+        elif self.headers.get("If-None-Match") == ETAG:
+            self._answer(304, b"", ETag=ETAG)
+        elif (wanted := self.headers.get("Range")) is not None:
+            start = int(wanted.removeprefix("bytes=").split("-")[0])
+            data = srv.files[self.path]
+            self._answer(206, data[start:],
+                         **{"Content-Range": f"bytes {start}-{len(data) - 1}/{len(data)}"})
+        else:
+            self._answer(200, srv.files[self.path], ETag=ETAG)
+
+    def _answer(self, status: int, body: bytes, **headers: str) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if status != 304:
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+@pytest.fixture
+def origin() -> Iterator[tuple[_Origin, str]]:
+    server = _Origin()
+    with ServedInThread(server, "origin") as served:
+        yield server, served.url + "/repo/"
+
+
+def _get(url: str, **headers: str) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read(), dict(response.headers.items())
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read(), dict(exc.headers.items())
+
+
+def test_bytes_pass_unchanged_and_are_counted(origin: tuple[_Origin, str]) -> None:
+    _, base = origin
+    with Relay(base, 10_000_000) as relay:
+        status, body, headers = _get(relay.url + "big")
+    assert status == 200 and body == BODY
+    assert headers["Content-Length"] == str(len(BODY)) and headers["ETag"] == ETAG
+    assert (relay.received, relay.requests) == (len(BODY), 1)
+
+
+def test_the_remotes_answers_reach_ostree_as_given(origin: tuple[_Origin, str]) -> None:
+    """ostree tells a missing superblock (404: pull objects) from a summary it has (304)."""
+    server, base = origin
+    with Relay(base, 10_000_000) as relay:
+        missing = _get(relay.url + "deltas/ab/cd/superblock")
+        cached = _get(relay.url + "big", **{"If-None-Match": ETAG})
+        ranged = _get(relay.url + "big", Range="bytes=299990-")
+    assert missing[0] == 404
+    assert cached[0] == 304 and cached[1] == b""
+    assert ranged[0] == 206 and ranged[1] == BODY[299_990:]
+    assert ranged[2]["Content-Range"] == f"bytes 299990-{len(BODY) - 1}/{len(BODY)}"
+    assert server.seen[0]["Host"] == base.split("/")[2]  # the remote's, not the relay's
+    assert server.seen[1]["If-None-Match"] == ETAG and server.seen[2]["Range"] == "bytes=299990-"
+
+
+def test_the_remote_sees_kept_alive_connections(origin: tuple[_Origin, str]) -> None:
+    server, base = origin
+    with Relay(base, 100_000_000) as relay:
+        for _ in range(12):
+            assert _get(relay.url + "config")[1] == server.files["/repo/config"]
+    assert len(server.seen) == 12 and len(server.clients) == 1
+
+
+def test_a_redirect_is_followed_inside_the_relay(origin: tuple[_Origin, str]) -> None:
+    """A client that saw the redirect would fetch from the new place around the cap."""
+    server, base = origin
+    other = _Origin()
+    other.files["/mirror/big"] = BODY
+    with ServedInThread(other, "mirror") as mirror:
+        server.redirects["/repo/big"] = "/repo/moved"
+        server.redirects["/repo/moved"] = mirror.url + "/mirror/big"
+        with Relay(base, 100_000_000) as relay:
+            status, body, headers = _get(relay.url + "big")
+    assert status == 200 and body == BODY and "Location" not in headers
+    assert relay.received == len(BODY) and len(other.seen) == 1
+
+
+def test_a_remote_that_does_not_answer_is_a_502(closed_port_url: str) -> None:
+    with Relay(closed_port_url + "/repo/", 1_000_000) as relay:
+        status, body, _ = _get(relay.url + "config")
+    assert status == 502 and b"the remote did not answer" in body
+
+
+@pytest.mark.parametrize("clients", [1, 3])
+def test_the_cap_holds_for_all_requests_together(origin: tuple[_Origin, str],
+                                                 clients: int) -> None:
+    """ostree fetches several objects at once: together they stay under the cap."""
+    _, base = origin
+    rate = 400_000
+    with Relay(base, rate) as relay:
+        started = time.monotonic()
+        with ThreadPoolExecutor(clients) as pool:
+            bodies = list(pool.map(lambda _: _get(relay.url + "big")[1], range(clients)))
+        seconds = time.monotonic() - started
+    assert bodies == [BODY] * clients
+    # The first chunk of each slot goes at once; everything after waits for its slot.
+    floor = (clients * len(BODY) - relay.bucket.chunk) / rate
+    assert seconds >= floor, f"{clients * len(BODY)} bytes in {seconds:.2f}s at {rate} B/s"
+
+
+def test_idle_time_is_not_saved_up_for_a_burst() -> None:
+    bucket = Bucket(100_000)
+    time.sleep(0.3)  # idle: a bucket that saved this up would let 30 000 bytes go at once
+    started = time.monotonic()
+    for _ in range(5):
+        bucket.take(10_000)
+    assert time.monotonic() - started >= 0.4 - 1e-3
+
+
+def test_a_relay_needs_a_positive_rate() -> None:
+    with pytest.raises(ValueError, match="positive rate, got 0"):
+        Relay("http://127.0.0.1:1/", 0)
+
+
+@pytest.fixture
+def device_repo(tmp_path: Path) -> System:
+    """A device root whose ostree repository has one remote, as an admin added it."""
+    system = System(tmp_path, Runner())
+    system.repo.mkdir(parents=True)
+    system.ostree("init", "--mode=bare")
+    system.ostree("remote", "add", "--set=gpg-verify=true", "edge", "https://updates.example/repo")
+    return system
+
+
+def test_a_plain_https_remote_is_capped(device_repo: System) -> None:
+    assert uncappable(device_repo, "edge", {}) is None
+
+
+@pytest.mark.parametrize(("key", "value"), [("contenturl", "https://cdn.example/repo"),
+                                            ("metalink", "https://updates.example/metalink"),
+                                            ("proxy", "http://proxy.example:3128")])
+def test_a_remote_whose_bytes_the_relay_cannot_carry_is_named(device_repo: System, key: str,
+                                                              value: str) -> None:
+    """ostree takes these from the remote's config whatever --url says: the pull would go
+    around the relay (or, with a proxy, to the relay through the proxy)."""
+    device_repo.ostree("config", "set", f'remote "edge".{key}', value)
+    assert uncappable(device_repo, "edge", {}) == (
+        f"remote 'edge' has a {key}, which ostree uses whatever URL it is given")
+
+
+def test_a_proxy_in_the_environment_is_named(device_repo: System) -> None:
+    assert uncappable(device_repo, "edge", {"https_proxy": "http://proxy.example:3128"}) == (
+        "https_proxy is set: the pull goes through that proxy")
+    assert uncappable(device_repo, "edge", {"https_proxy": ""}) is None
+
+
+def test_a_remote_without_an_http_url_is_named(device_repo: System) -> None:
+    device_repo.ostree("remote", "add", "local", "file:///srv/repo")
+    assert uncappable(device_repo, "local", {}) == (
+        "remote 'local' has no http(s) URL (file:///srv/repo)")
+
+
+def test_the_remotes_tls_options_are_the_relays(device_repo: System) -> None:
+    for key, value in (("tls-permissive", "true"), ("tls-ca-path", "/etc/pki/edge-ca.pem"),
+                       ("tls-client-cert-path", "/etc/pki/device.crt"),
+                       ("tls-client-key-path", "/etc/pki/device.key")):
+        device_repo.ostree("config", "set", f'remote "edge".{key}', value)
+    assert remote_tls(device_repo, "edge") == Tls(
+        permissive=True, ca_path="/etc/pki/edge-ca.pem", client_cert="/etc/pki/device.crt",
+        client_key="/etc/pki/device.key")
