@@ -30,11 +30,16 @@ WORK = ROOT / "build" / "stress"
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed)")
 
 
-def start_load(work: Path) -> subprocess.Popen[bytes]:
-    """build-image into a fresh directory, over and over, in its own process group."""
+def build_image(work: Path) -> str:
+    """The default load: build-image into a fresh directory."""
     load = work / "load"
-    script = (f'while true; do rm -rf "{load}"; "{sys.executable}" -m builder build-image '
-              f'--build-dir "{load}" >> "{work / "load.log"}" 2>&1; done')
+    return (f'rm -rf "{load}"; "{sys.executable}" -m builder build-image '
+            f'--build-dir "{load}"')
+
+
+def start_load(work: Path, command: str) -> subprocess.Popen[bytes]:
+    """The command over and over, in its own process group (stop_load ends all of it)."""
+    script = f'while true; do {command}; done >> "{work / "load.log"}" 2>&1'
     return subprocess.Popen(["bash", "-c", script], cwd=ROOT, start_new_session=True)
 
 
@@ -59,8 +64,8 @@ def counts(summary: str) -> dict[str, int]:
     return found
 
 
-def run_suite(index: int, pytest_args: list[str]) -> dict[str, Any]:
-    log = WORK / f"run-{index}.log"
+def run_suite(work: Path, index: int, pytest_args: list[str]) -> dict[str, Any]:
+    log = work / f"run-{index}.log"
     env = {**os.environ, "BUILDER_NO_TOOL_SKIPS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()
     with log.open("w") as out:
@@ -78,25 +83,34 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-load", action="store_true", help="no build beside the suite")
+    parser.add_argument("--load", metavar="COMMAND",
+                        help="a shell command to run in a loop beside the suite instead of "
+                             "build-image of the sample release")
+    parser.add_argument("--work", type=Path, default=WORK,
+                        help=f"logs and report.json (default: {WORK.relative_to(ROOT)})")
     parser.add_argument("pytest_args", nargs="*")
     args = parser.parse_args()
-    shutil.rmtree(WORK, ignore_errors=True)
-    WORK.mkdir(parents=True)
+    # A stopped series (SIGTERM from CI or `kill`) ends its pytest and its load too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    work: Path = args.work.resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True, check=False).stdout.strip()
+    command = args.load or build_image(work)
     report: dict[str, Any] = {"commit": commit, "load": None if args.no_load else
-                              "python -m builder build-image (sample release), in a loop",
-                              "runs": []}
-    load = None if args.no_load else start_load(WORK)
+                              args.load or "python -m builder build-image (sample release), "
+                              "in a loop", "runs": []}
+    load = None if args.no_load else start_load(work, command)
     try:
         for index in range(1, args.runs + 1):
-            result = run_suite(index, args.pytest_args)
+            result = run_suite(work, index, args.pytest_args)
             report["runs"].append(result)
-            (WORK / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+            (work / "report.json").write_text(json.dumps(report, indent=2) + "\n")
             print(f"run {index}/{args.runs}: {result['summary']} (load average "
                   f"{result['loadavg'][0]})", flush=True)
             if result["returncode"] != 0:
-                print(f"run {index} failed: see {WORK / f'run-{index}.log'}")
+                print(f"run {index} failed: see {work / f'run-{index}.log'}")
                 return 1
     finally:
         if load is not None:
