@@ -13,6 +13,7 @@ executable and a 166 MB image layer change: a 40.2 MiB delta); throttled rows ne
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import tempfile
 from pathlib import Path
@@ -34,6 +35,7 @@ SIM = {"retry_delay_seconds": 0, "timeout_seconds": 30}
 # (label, delta MiB, link kbit/s or None, cuts)
 ROWS = (("real-size, no cuts", 40, None, 0), ("real-size, 5 cuts", 40, None, 5),
         ("5 Mbit/s, 5 cuts", 8, 5000, 5), ("1 Mbit/s", 2, 1000, 0))
+CAPPED_PULL = (2, 256 * 1024)  # (change MiB, cap B/s): the pull alone takes about 8 s
 
 
 def _device(pair: UpdatePair, work: Path) -> Device:
@@ -83,6 +85,25 @@ def measure_pair(pair: UpdatePair, work: Path) -> dict[str, Any]:
     return rows
 
 
+def _capped_pull(pair: UpdatePair, work: Path, cap: int) -> dict[str, float]:
+    """The updater's fallback (no delta file for the booted commit: here no index at all)
+    with a cap, against a plain `ostree pull` of the same commits on another device."""
+    site = work / "site/repo"
+    shutil.copytree(pair.repo, site, symlinks=True)
+    device = _device(pair, work / "capped")
+    report, _ = run_updater(device, site, UpdateOptions(
+        config={**SIM, "max_bytes_per_second": cap}))
+    release_deployments(work / "capped", Runner())
+    plain = _device(pair, work / "plain")
+    transfer, _ = plain.upgrade(pair.repo, LinkOptions())
+    release_deployments(work / "plain", Runner())
+    if report.method != "pull" or not report.download_seconds:
+        raise RuntimeError(f"the capped update did not pull: {report.log}")
+    return {"pull_bytes": report.bytes_on_wire, "plain_pull_bytes": transfer.body_bytes,
+            "seconds": report.download_seconds,
+            "time_ratio": report.download_seconds / (report.bytes_on_wire / cap)}
+
+
 def measure(rounds: int, out: Path) -> dict[str, Any]:
     throttle = netns_unavailable_reason(Runner()) is None
     results: dict[str, Any] = {"rounds": rounds, "rows": {}}
@@ -98,10 +119,22 @@ def measure(rounds: int, out: Path) -> dict[str, Any]:
                 pairs[mib] = build_sample_pair(ctx, build / "server/repo", mib * MIB)
             runs = [_row(pairs[mib], Path(scratch) / f"row-{number}", rate, cuts, seed)
                     for seed in range(rounds)]
-            results["rows"][label] = {key: statistics.median(r[key] for r in runs)
-                                      if all(r[key] is not None for r in runs) else None
-                                      for key in runs[0]}
+            results["rows"][label] = _medians(runs)
+        mib = CAPPED_PULL[0]
+        if mib not in pairs:
+            build = Path(scratch) / f"pair-{mib}"
+            ctx = Context(build_dir=build, release_path=ROOT / "release.yaml",
+                          progress=Progress(stream=open("/dev/null", "w")))  # noqa: SIM115
+            pairs[mib] = build_sample_pair(ctx, build / "server/repo", mib * MIB)
+        results["capped_pull"] = {"cap": CAPPED_PULL[1], **_medians(
+            [_capped_pull(pairs[mib], Path(scratch) / f"capped-{seed}", CAPPED_PULL[1])
+             for seed in range(rounds)])}
     return results
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {key: statistics.median(r[key] for r in runs)
+            if all(r[key] is not None for r in runs) else None for key in runs[0]}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -110,6 +143,13 @@ def report(result: dict[str, Any]) -> str:
              "(bytes / rate) | ostree pull / delta |", "|---|---|---|---|---|---|---|"]
     for label, row in result["rows"].items():
         lines.append(ota_row(label, row))
+    capped = result.get("capped_pull")
+    if capped:
+        lines += ["", f"Fallback ostree pull through the updater's relay, capped at "
+                  f"{capped['cap']} B/s", "| relayed MiB | plain ostree pull MiB | "
+                  "pull seconds / (relayed bytes / cap) |", "|---|---|---|",
+                  f"| {capped['pull_bytes'] / MIB:.2f} | {capped['plain_pull_bytes'] / MIB:.2f}"
+                  f" | {capped['time_ratio']:.3f} |"]
     return "\n".join(lines)
 
 

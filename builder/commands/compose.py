@@ -27,6 +27,10 @@ def register(sub: Any) -> None:
     compose.add_argument("--ref", help="ostree ref to commit on (default: release.yaml "
                                        "ostree.ref, else the profile's ref)")
     compose.add_argument("--authfile", type=Path, help="registry auth file for skopeo")
+    compose.add_argument("--allow-older", action="store_true",
+                         help="compose onto a ref whose head is dated after this release "
+                              "(source_date_epoch): only devices set to allow_downgrade: true "
+                              "take it")
     add_signing_options(compose)
     compose.set_defaults(func=cmd_compose)
 
@@ -78,6 +82,7 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
     options = ComposeOptions(
         key=signing_key(ctx, args),
         auth_file=args.authfile.resolve() if args.authfile else None,
+        allow_older=args.allow_older,
         checkpoint=kill_at(kill_stage) if kill_stage else no_checkpoint)
     for arch_ctx, ref in zip(arch_ctxs, refs, strict=True):
         compose_image(arch_ctx, args.image, replace(options, ref=ref))

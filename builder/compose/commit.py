@@ -47,7 +47,7 @@ from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError, InputError
-from builder.core.ostree import Repo
+from builder.core.ostree import Repo, ostree_timestamp
 from builder.core.signing import SigningKey, stop_agent
 from builder.core.steps import builder_code_digest, canonical_json, file_digest, write_atomic
 
@@ -78,6 +78,7 @@ class ComposeOptions:
     key: SigningKey | None = None       # signs the commit and the summary
     auth_file: Path | None = None       # registry credentials for skopeo
     checkpoint: Callable[[str], None] = field(default=no_checkpoint)
+    allow_older: bool = False           # a head dated after this release may be followed
 
 
 @dataclass(frozen=True)
@@ -174,6 +175,7 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
         build_repo.init("bare")
         parent = archive.rev_parse(ref)
         _check_same_image(job, parent)
+        _check_not_older(job, parent)
         base = ensure_base(ctx, build_repo, work)
         options.checkpoint("base")
         inputs_now = compose_inputs(job, base)
@@ -219,6 +221,26 @@ def _check_same_image(job: _Job, head: str | None) -> None:
                          "onto it would switch every device following it to another profile",
                          hint="give each image its own ref (release.yaml ostree.ref with "
                               "{image}), or pass --ref explicitly to do it on purpose")
+
+
+def _check_not_older(job: _Job, head: str | None) -> None:
+    """Devices refuse a commit dated before the one they run (microshift-update, and `ostree
+    pull --timestamp-check`): composed onto a newer head, a release would become the ref's
+    head that no device takes, and a newer release composed later would count it as its
+    parent."""
+    if head is None or job.options.allow_older:
+        return
+    release = job.ctx.release
+    head_time = job.archive.timestamp(head)
+    if release.source_date_epoch < head_time:
+        head_version = job.archive.metadata(head, "version") or head[:12]
+        raise BuildError(f"ref {job.ref} holds {head_version} dated {ostree_timestamp(head_time)}; "
+                         f"release {release.evr} is dated "
+                         f"{ostree_timestamp(release.source_date_epoch)} (source_date_epoch), "
+                         "older: devices would refuse it as a downgrade",
+                         hint="to roll back on purpose, release the old content with a later "
+                              "source_date_epoch, or pass --allow-older for devices set to "
+                              "allow_downgrade: true")
 
 
 def _prepare_tree(job: _Job, tree: Path, base: BaseCommit) -> Labelling:

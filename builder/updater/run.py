@@ -188,15 +188,17 @@ class Run:
                 self.log(f"the pull is not capped at {cap} B/s: {why_not}")
             return apply.pull(self.system, remote, ref)
         url = self.system.remote_option(remote, "url") or ""
+        started = time.monotonic()
         with Relay(url, cap, remote_tls(self.system, remote),
                    float(self.config.timeout_seconds)) as relay:
             self.log(f"ostree pull {remote}:{ref} through {relay.url}, capped at {cap} B/s")
             try:
                 return apply.pull(self.system, remote, ref, relay.url)
             finally:
+                self.download_seconds = round(time.monotonic() - started, 3)
                 self.transfer.received, self.transfer.requests = relay.received, relay.requests
                 self.log(f"pull: {relay.received} bytes from {url} in {relay.requests} "
-                         "requests")
+                         f"requests, {self.download_seconds:.1f}s")
 
     def _download(self, index: Index | None, delta: DeltaFile, remote: str,
                   booted: Booted) -> Path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -144,6 +145,28 @@ def test_a_compose_of_the_same_inputs_is_skipped_until_its_record_is_gone(
     assert f"{composed_pair.ref} = {composed_pair.commit2} (unchanged: the ref already holds " \
         "this content)" in rebuilt.stderr
     assert json.loads(record.read_text())["commit"] == composed_pair.commit2
+
+
+def test_a_release_dated_before_the_refs_head_is_refused(composed_pair: ComposedPair,
+                                                        tmp_path: Path) -> None:
+    """Devices refuse a commit older than the one they run, so such a compose would give the
+    ref a head no device takes: refused before any work, the ref where it was."""
+    build = copy_build(composed_pair.build_dir, tmp_path / "build")
+    release_dir = tmp_path / "older"
+    shutil.copytree(composed_pair.release2.parent, release_dir)
+    older = release_dir / composed_pair.release2.name
+    older.write_text(older.read_text().replace("source_date_epoch: 1700000000\n",
+                                               "source_date_epoch: 1690000000\n"))
+    refused = compose_subprocess(build, release=older)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines()[-2:] == [
+        f"error: ref {composed_pair.ref} holds 4.14.3-1 dated 2023-11-14T22:13:20Z; release "
+        "4.14.3-1 is dated 2023-07-22T04:26:40Z (source_date_epoch), older: devices would "
+        "refuse it as a downgrade",
+        "hint: to roll back on purpose, release the old content with a later "
+        "source_date_epoch, or pass --allow-older for devices set to allow_downgrade: true"]
+    assert "tree: install packages" not in refused.stderr
+    assert head(build / "ostree" / "repo", composed_pair.ref) == composed_pair.commit2
 
 
 def test_device_pull_verifies_signature(composed_pair: ComposedPair, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from builder.compose.commit import (
     STAGES,
     ComposeOptions,
     _already_composed,
+    _check_not_older,
     _check_same_image,
     _Job,
     _publish,
@@ -40,7 +41,7 @@ from builder.compose.inputs import ComposeInputs, Customizations
 from builder.context import Context
 from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
-from builder.core.ostree import signed_by
+from builder.core.ostree import ostree_timestamp, signed_by
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey
 from builder.core.steps import builder_code_digest
@@ -81,13 +82,14 @@ def make_job(root: Path, key: SigningKey | None = None, *, release: Path = RELEA
 
 
 def commit(job: _Job, text: str, parent: str | None, *, version: str | None = None,
-           image: str = "tiny") -> str:
+           image: str = "tiny", timestamp: int | None = None) -> str:
     """A commit of a one-file tree in the private build repo, as a compose makes it."""
     tree = job.work / f"tree-{len(list(job.work.iterdir()))}"
     (tree / "usr" / "etc").mkdir(parents=True)
     (tree / "usr" / "etc" / "motd").write_text(text)
     return job.build_repo.commit(
-        tree, subject=text, timestamp=job.ctx.release.source_date_epoch, parent=parent,
+        tree, subject=text, timestamp=timestamp or job.ctx.release.source_date_epoch,
+        parent=parent,
         bind_ref=job.ref, metadata={"version": version or job.ctx.release.evr,
                                     "microshift.image": image})
 
@@ -230,6 +232,24 @@ def test_a_ref_of_another_image_is_refused_unless_named_on_purpose(tmp_path: Pat
     same = commit(job, "same image\n", other)
     _publish(job, same, other)
     _check_same_image(job, same)
+
+
+def test_a_head_dated_after_the_release_is_followed_only_on_purpose(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    epoch = job.ctx.release.source_date_epoch
+    same_day = commit(job, "same date\n", None)
+    _publish(job, same_day, None)
+    _check_not_older(job, same_day)  # a recompose of this release (e.g. a changed builder)
+    _check_not_older(job, None)
+    later = commit(job, "a day later\n", same_day, version="4.15.0-1", timestamp=epoch + 1)
+    _publish(job, later, same_day)
+    with pytest.raises(BuildError) as refused:
+        _check_not_older(job, later)
+    assert refused.value.message == (
+        f"ref {REF} holds 4.15.0-1 dated {ostree_timestamp(epoch + 1)}; release "
+        f"{job.ctx.release.evr} is dated {ostree_timestamp(epoch)} (source_date_epoch), "
+        "older: devices would refuse it as a downgrade")
+    _check_not_older(replace(job, options=replace(job.options, allow_older=True)), later)
 
 
 BASE = BaseCommit("a" * 64, True, "SAMPLE base")
