@@ -32,6 +32,8 @@ MODULES: dict[str, list[str]] = {
     "builder/updater/index.py": ["tests/updater/test_index.py"],
     "builder/updater/config.py": ["tests/updater/test_config.py"],
     "builder/updater/download.py": ["tests/updater/test_download.py"],
+    # The cap on the fallback pull, and which remotes it cannot cover.
+    "builder/updater/relay.py": ["tests/updater/test_relay.py"],
     # The delta report reads each part's object list through parse_superblock.
     "builder/publish/offline.py": ["tests/publish/test_offline.py",
                                    "tests/publish/test_offline_checks.py",
@@ -60,6 +62,7 @@ MODULES: dict[str, list[str]] = {
 MUTATED_FUNCTIONS: dict[str, list[str]] = {
     # The ref moves last, the published summary, the skip of an unchanged compose, the lock.
     "builder/compose/commit.py": ["kill_at", "compose_lock", "_check_same_image",
+                                  "_check_not_older",
                                   "compose_inputs", "compose_identity", "_inputs_record",
                                   "_composed_inputs", "_already_composed", "_why_compose",
                                   "_record_inputs", "_publish_summary", "_publish",
