@@ -73,6 +73,10 @@ class Tls:
         return context
 
 
+class OutsideRepository(Exception):
+    """A request for something other than a file of the remote's repository."""
+
+
 class Upstream:
     """Kept-alive connections to the remote's host."""
 
@@ -94,6 +98,10 @@ class Upstream:
         """The remote's response to GET base+path, redirects followed; the connection to
         give back once the body is read (None: not the remote's host, close it)."""
         url = urllib.parse.urljoin(self.base, path.lstrip("/"))
+        segments = urllib.parse.unquote(urllib.parse.urlsplit(url).path).split("/")
+        if not url.startswith(self.base) or ".." in segments:
+            # Not an open proxy: only the remote's repository, whoever asks on 127.0.0.1.
+            raise OutsideRepository(path)
         for _ in range(MAX_REDIRECTS + 1):
             own = _origin(url) == _origin(self.base)
             connection, response = self._request(url, headers, own)
@@ -191,6 +199,9 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
             relay.count(0, 1)
             try:
                 response, connection = relay.upstream.open(self.path, headers)
+            except OutsideRepository:
+                self.send_error(403, "only the remote's repository is relayed")
+                return
             except (OSError, http.client.HTTPException) as exc:
                 self.send_error(502, f"the remote did not answer: {exc}")
                 return

@@ -8,6 +8,7 @@ a loaded machine can only make a transfer slower."""
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import urllib.error
@@ -138,6 +139,22 @@ def test_a_redirect_is_followed_inside_the_relay(origin: tuple[_Origin, str]) ->
             status, body, headers = _get(relay.url + "big")
     assert status == 200 and body == BODY and "Location" not in headers
     assert relay.received == len(BODY) and len(other.seen) == 1
+
+
+@pytest.mark.parametrize("target", ["http://127.0.0.1:1/elsewhere", "/../secret",
+                                    "/objects/../../secret", "/%2e%2e/secret"])
+def test_only_the_remotes_repository_is_relayed(origin: tuple[_Origin, str],
+                                                target: str) -> None:
+    """Anyone on the device can reach 127.0.0.1 while a pull runs: the relay must not carry
+    them (with the device's client certificate) anywhere but the repository."""
+    server, base = origin
+    with Relay(base, 1_000_000) as relay, \
+            socket.create_connection(("127.0.0.1", int(relay.url.split(":")[2].strip("/")))
+                                     ) as sock:
+        sock.sendall(f"GET {target} HTTP/1.0\r\n\r\n".encode())
+        answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.0 403 ")
+    assert server.seen == [] and relay.received == 0
 
 
 def test_a_remote_that_does_not_answer_is_a_502(closed_port_url: str) -> None:
