@@ -109,25 +109,24 @@ def measure(rounds: int, out: Path) -> dict[str, Any]:
     results: dict[str, Any] = {"rounds": rounds, "rows": {}}
     with tempfile.TemporaryDirectory(prefix="bench-ota-", dir=out) as scratch:
         pairs: dict[int, UpdatePair] = {}
-        for number, (label, mib, rate, cuts) in enumerate(ROWS):
-            if rate is not None and not throttle:
-                continue
+
+        def pair(mib: int) -> UpdatePair:
             if mib not in pairs:
                 build = Path(scratch) / f"pair-{mib}"
                 ctx = Context(build_dir=build, release_path=ROOT / "release.yaml",
                               progress=Progress(stream=open("/dev/null", "w")))  # noqa: SIM115
                 pairs[mib] = build_sample_pair(ctx, build / "server/repo", mib * MIB)
-            runs = [_row(pairs[mib], Path(scratch) / f"row-{number}", rate, cuts, seed)
+            return pairs[mib]
+
+        for number, (label, mib, rate, cuts) in enumerate(ROWS):
+            if rate is not None and not throttle:
+                continue
+            runs = [_row(pair(mib), Path(scratch) / f"row-{number}", rate, cuts, seed)
                     for seed in range(rounds)]
             results["rows"][label] = _medians(runs)
-        mib = CAPPED_PULL[0]
-        if mib not in pairs:
-            build = Path(scratch) / f"pair-{mib}"
-            ctx = Context(build_dir=build, release_path=ROOT / "release.yaml",
-                          progress=Progress(stream=open("/dev/null", "w")))  # noqa: SIM115
-            pairs[mib] = build_sample_pair(ctx, build / "server/repo", mib * MIB)
-        results["capped_pull"] = {"cap": CAPPED_PULL[1], **_medians(
-            [_capped_pull(pairs[mib], Path(scratch) / f"capped-{seed}", CAPPED_PULL[1])
+        mib, cap = CAPPED_PULL
+        results["capped_pull"] = {"cap": cap, **_medians(
+            [_capped_pull(pair(mib), Path(scratch) / f"capped-{seed}", cap)
              for seed in range(rounds)])}
     return results
 
