@@ -25,6 +25,8 @@ TOOLS=(
     "implantisomd5 isomd5sum isomd5sum"
     "jq jq jq"
     "curl curl curl"
+    # Test certificates for the updater relay's TLS to the remote.
+    "openssl openssl openssl"
     "chattr e2fsprogs e2fsprogs"
     # SELinux: compile policy modules (microshift-selinux, the SAMPLE container module),
     # install them into an image's policy store, inspect the result.

@@ -109,7 +109,10 @@ class Upstream:
                 return response, connection if own else None
             location = response.getheader("Location") or ""
             response.read()
-            connection.close()
+            if own and not response.will_close:
+                self.give_back(connection)
+            else:
+                connection.close()
             url = urllib.parse.urljoin(url, location)
             if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
                 raise http.client.HTTPException(f"redirect to {url!r}")
@@ -199,11 +202,11 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
             relay.count(0, 1)
             try:
                 response, connection = relay.upstream.open(self.path, headers)
-            except OutsideRepository:
-                self.send_error(403, "only the remote's repository is relayed")
+            except OutsideRepository as exc:
+                self.send_error(403, f"not in the remote's repository: {exc}")
                 return
             except (OSError, http.client.HTTPException) as exc:
-                self.send_error(502, f"the remote did not answer: {exc}")
+                self.send_error(502, f"no answer from the remote to relay: {exc}")
                 return
             self._relay(response, connection)
 

@@ -249,7 +249,18 @@ def test_a_head_dated_after_the_release_is_followed_only_on_purpose(tmp_path: Pa
         f"ref {REF} holds 4.15.0-1 dated {ostree_timestamp(epoch + 1)}; release "
         f"{job.ctx.release.evr} is dated {ostree_timestamp(epoch)} (source_date_epoch), "
         "older: devices would refuse it as a downgrade")
+    assert refused.value.hint == ("to roll back on purpose, release the old content with a "
+                                  "later source_date_epoch, or pass --allow-older for devices "
+                                  "set to allow_downgrade: true")
     _check_not_older(replace(job, options=replace(job.options, allow_older=True)), later)
+    # A head from elsewhere, without a version: named by its checksum.
+    tree = job.work / "unversioned"
+    (tree / "usr" / "etc").mkdir(parents=True)
+    unversioned = job.build_repo.commit(tree, subject="no version", timestamp=epoch + 60,
+                                        parent=later, bind_ref=job.ref, metadata={})
+    _publish(job, unversioned, later)
+    with pytest.raises(BuildError, match=rf"^ref {REF} holds {unversioned[:12]} dated "):
+        _check_not_older(job, unversioned)
 
 
 BASE = BaseCommit("a" * 64, True, "SAMPLE base")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
+import subprocess
 import threading
 import time
 import urllib.error
@@ -53,7 +55,8 @@ class _OriginHandler(BaseHTTPRequestHandler):
             srv.clients.add(self.client_address[1])
             srv.seen.append(dict(self.headers.items()))
         if self.path in srv.redirects:
-            self._answer(302, b"", Location=srv.redirects[self.path])
+            target = srv.redirects[self.path]
+            self._answer(302, b"", **({"Location": target} if target else {}))
         elif self.path not in srv.files:
             self._answer(404, b"no such file\n")
         elif self.headers.get("If-None-Match") == ETAG:
@@ -119,6 +122,22 @@ def test_the_remotes_answers_reach_ostree_as_given(origin: tuple[_Origin, str]) 
     assert server.seen[1]["If-None-Match"] == ETAG and server.seen[2]["Range"] == "bytes=299990-"
 
 
+def test_a_remote_url_without_its_trailing_slash_is_the_same_remote(
+        origin: tuple[_Origin, str]) -> None:
+    server, base = origin
+    server.files["/repo/XATTRS"] = b"a name that starts like a slash-strip would not\n"
+    with Relay(base.rstrip("/"), 10_000_000) as relay:
+        assert _get(relay.url + "config")[:2] == (200, server.files["/repo/config"])
+        assert _get(relay.url + "XATTRS")[:2] == (200, server.files["/repo/XATTRS"])
+
+
+def test_a_remote_that_stops_answering_is_a_502_after_the_timeout(silent_server: str) -> None:
+    """ostree waits on the relay; the relay must not wait on a dead link forever."""
+    with Relay(silent_server + "/repo/", 1_000_000, timeout=1.0) as relay:
+        status, body, _ = _get(relay.url + "config")
+    assert status == 502 and b"timed out" in body
+
+
 def test_the_remote_sees_kept_alive_connections(origin: tuple[_Origin, str]) -> None:
     server, base = origin
     with Relay(base, 100_000_000) as relay:
@@ -136,9 +155,43 @@ def test_a_redirect_is_followed_inside_the_relay(origin: tuple[_Origin, str]) ->
         server.redirects["/repo/big"] = "/repo/moved"
         server.redirects["/repo/moved"] = mirror.url + "/mirror/big"
         with Relay(base, 100_000_000) as relay:
+            assert _get(relay.url + "config")[0] == 200  # a kept-alive connection to the remote
             status, body, headers = _get(relay.url + "big")
+            # Connections stay with their hosts: the remote's next file comes from the remote.
+            after = _get(relay.url + "config")
     assert status == 200 and body == BODY and "Location" not in headers
-    assert relay.received == len(BODY) and len(other.seen) == 1
+    assert after[:2] == (200, server.files["/repo/config"])
+    assert relay.received == len(BODY) + 2 * len(server.files["/repo/config"])
+    assert len(other.seen) == 1 and other.seen[0]["Host"] == mirror.url.split("/")[2]
+    assert len(server.clients) == 1  # the redirects too went over the kept-alive connection
+
+
+@pytest.mark.parametrize("hops", [5, 6])
+def test_redirects_are_followed_five_times_at_most(origin: tuple[_Origin, str],
+                                                   hops: int) -> None:
+    server, base = origin
+    for hop in range(hops):
+        server.redirects[f"/repo/hop{hop}"] = f"/repo/hop{hop + 1}"
+    server.files[f"/repo/hop{hops}"] = b"arrived\n"
+    with Relay(base, 100_000_000) as relay:
+        status, body, _ = _get(relay.url + "hop0")
+    if hops == 5:
+        assert (status, body) == (200, b"arrived\n")
+    else:
+        assert status == 502 and b"more than 5 redirects from /hop0" in body
+
+
+@pytest.mark.parametrize(("location", "words"), [
+    ("ftp://mirror.example/repo/big", b"redirect to 'ftp://mirror.example/repo/big'"),
+    (None, b"more than 5 redirects from /big")])
+def test_a_redirect_the_relay_cannot_follow_is_a_502(origin: tuple[_Origin, str],
+                                                     location: str | None,
+                                                     words: bytes) -> None:
+    server, base = origin
+    server.redirects["/repo/big"] = location  # type: ignore[assignment]
+    with Relay(base, 100_000_000) as relay:
+        status, body, _ = _get(relay.url + "big")
+    assert status == 502 and words in body
 
 
 @pytest.mark.parametrize("target", ["http://127.0.0.1:1/elsewhere", "/../secret",
@@ -153,14 +206,15 @@ def test_only_the_remotes_repository_is_relayed(origin: tuple[_Origin, str],
                                      ) as sock:
         sock.sendall(f"GET {target} HTTP/1.0\r\n\r\n".encode())
         answer = b"".join(iter(lambda: sock.recv(65536), b""))
-    assert answer.startswith(b"HTTP/1.0 403 ")
+    assert answer.startswith(f"HTTP/1.0 403 not in the remote's repository: {target}\r\n"
+                             .encode())
     assert server.seen == [] and relay.received == 0
 
 
 def test_a_remote_that_does_not_answer_is_a_502(closed_port_url: str) -> None:
     with Relay(closed_port_url + "/repo/", 1_000_000) as relay:
         status, body, _ = _get(relay.url + "config")
-    assert status == 502 and b"the remote did not answer" in body
+    assert status == 502 and b"no answer from the remote to relay: " in body
 
 
 @pytest.mark.parametrize("clients", [1, 3])
@@ -192,6 +246,60 @@ def test_idle_time_is_not_saved_up_for_a_burst() -> None:
 def test_a_relay_needs_a_positive_rate() -> None:
     with pytest.raises(ValueError, match="positive rate, got 0"):
         Relay("http://127.0.0.1:1/", 0)
+    with Relay("http://127.0.0.1:1/", 1) as slowest, Relay("http://127.0.0.1:1/", 1) as other:
+        assert slowest.url != other.url  # each on a port of its own
+
+
+# --- TLS to the remote, with the remote's tls-* options ------------------------------------
+
+def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (it is also its own CA)."""
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@pytest.fixture
+def tls_origin(tmp_path: Path) -> Iterator[tuple[_Origin, str, Path, Path, Path]]:
+    """An HTTPS remote that also asks for a client certificate (it trusts client.crt)."""
+    server_cert, server_key = _certificate(tmp_path, "remote")
+    client_cert, client_key = _certificate(tmp_path, "device")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(server_cert, server_key)
+    context.load_verify_locations(client_cert)
+    context.verify_mode = ssl.CERT_OPTIONAL
+    server = _Origin()
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with ServedInThread(server, "tls-origin") as served:
+        yield (server, served.url.replace("http://", "https://") + "/repo/", server_cert,
+               client_cert, client_key)
+
+
+def test_an_https_remote_is_verified_with_its_tls_ca_path(
+        tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
+    server, base, ca, cert, key = tls_origin
+    with Relay(base, 10_000_000, Tls(ca_path=str(ca), client_cert=str(cert),
+                                     client_key=str(key)), timeout=10) as relay:
+        status, body, _ = _get(relay.url + "big")
+    assert (status, body) == (200, BODY)
+    assert server.seen[0]["Host"] == base.split("/")[2]
+
+
+def test_an_https_remote_the_device_does_not_trust_is_a_502(
+        tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
+    server, base, _, _, _ = tls_origin
+    with Relay(base, 10_000_000, timeout=10) as relay:
+        status, body, _ = _get(relay.url + "big")
+    assert status == 502 and b"CERTIFICATE_VERIFY_FAILED" in body and server.seen == []
+
+
+def test_tls_permissive_takes_any_certificate(
+        tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
+    _, base, _, _, _ = tls_origin
+    with Relay(base, 10_000_000, Tls(permissive=True), timeout=10) as relay:
+        assert _get(relay.url + "config")[0] == 200
 
 
 @pytest.fixture
