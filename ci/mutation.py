@@ -111,6 +111,10 @@ UPDATER_MUTANTS: list[Mutant] = [
     (RUN, "if delta is not None and delta.size > self.config.staging_max_bytes:", "if False:"),
     (RUN, "        if target is not None and target in self._rolled_back():", "        if False:"),
     (RUN, "        if target == booted.checksum:", "        if False:"),
+    # The capped pull: around the relay, or no relay at all.
+    (RUN, "return apply.pull(self.system, remote, ref, relay.url)",
+     "return apply.pull(self.system, remote, ref)"),
+    (RUN, "        if not cap or why_not:", "        if True:"),
 ]
 HAND_MUTANTS: dict[str, tuple[list[str], list[Mutant]]] = {  # group: tests, mutants
     "greenboot": (["tests/device/test_greenboot.py"], GREENBOOT_MUTANTS),
