@@ -151,9 +151,10 @@ def test_a_redirect_is_followed_inside_the_relay(origin: tuple[_Origin, str]) ->
     server, base = origin
     other = _Origin()
     other.files["/mirror/big"] = BODY
+    other.redirects["/mirror/moved"] = "/mirror/big"  # the mirror redirects too
     with ServedInThread(other, "mirror") as mirror:
         server.redirects["/repo/big"] = "/repo/moved"
-        server.redirects["/repo/moved"] = mirror.url + "/mirror/big"
+        server.redirects["/repo/moved"] = mirror.url + "/mirror/moved"
         with Relay(base, 100_000_000) as relay:
             assert _get(relay.url + "config")[0] == 200  # a kept-alive connection to the remote
             status, body, headers = _get(relay.url + "big")
@@ -162,7 +163,7 @@ def test_a_redirect_is_followed_inside_the_relay(origin: tuple[_Origin, str]) ->
     assert status == 200 and body == BODY and "Location" not in headers
     assert after[:2] == (200, server.files["/repo/config"])
     assert relay.received == len(BODY) + 2 * len(server.files["/repo/config"])
-    assert len(other.seen) == 1 and other.seen[0]["Host"] == mirror.url.split("/")[2]
+    assert len(other.seen) == 2 and other.seen[1]["Host"] == mirror.url.split("/")[2]
     assert len(server.clients) == 1  # the redirects too went over the kept-alive connection
 
 
@@ -285,6 +286,24 @@ def test_an_https_remote_is_verified_with_its_tls_ca_path(
         status, body, _ = _get(relay.url + "big")
     assert (status, body) == (200, BODY)
     assert server.seen[0]["Host"] == base.split("/")[2]
+
+
+def test_a_redirect_to_https_is_followed_with_the_remotes_tls_options(
+        origin: tuple[_Origin, str], tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
+    server, base = origin
+    secure, secure_base, ca, _, _ = tls_origin
+    server.redirects["/repo/big"] = secure_base + "big"
+    with Relay(base, 10_000_000, Tls(ca_path=str(ca)), timeout=10) as relay:
+        assert _get(relay.url + "big")[:2] == (200, BODY)
+    assert len(secure.seen) == 1
+
+
+def test_an_https_remote_that_never_completes_its_handshake_times_out(
+        silent_server: str) -> None:
+    with Relay(silent_server.replace("http://", "https://") + "/repo/", 1_000_000,
+               timeout=1.0) as relay:
+        status, body, _ = _get(relay.url + "config")
+    assert status == 502 and b"timed out" in body
 
 
 def test_an_https_remote_the_device_does_not_trust_is_a_502(
