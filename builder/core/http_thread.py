@@ -1,10 +1,15 @@
-"""A local HTTP server served from a daemon thread for the length of a `with` block."""
+"""A local HTTP server served from a daemon thread for the length of a `with` block.
+
+Also part of the device's microshift-update zip application (its pull relay): Python 3.9."""
 
 from __future__ import annotations
 
 import threading
 from http.server import HTTPServer
-from typing import Self
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 class ServedInThread:

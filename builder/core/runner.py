@@ -54,9 +54,7 @@ class Runner:
         check: bool = True,
     ) -> subprocess.CompletedProcess[bytes]:
         args = [os.fspath(a) for a in argv]
-        full_env = self._env(env)
-        if shutil.which(args[0], path=full_env["PATH"]) is None and not os.path.exists(args[0]):
-            raise MissingToolError(args[0])
+        full_env = self._env(args[0], env)
         log.debug("run: %s%s", " ".join(args), f" (cwd={cwd})" if cwd else "")
         try:
             proc = subprocess.run(
@@ -85,9 +83,7 @@ class Runner:
         ru_maxrss, so a command forked straight from this (possibly large) process would
         report at least this process's own peak."""
         args = [os.fspath(a) for a in argv]
-        full_env = self._env(None)
-        if shutil.which(args[0], path=full_env["PATH"]) is None and not os.path.exists(args[0]):
-            raise MissingToolError(args[0])
+        full_env = self._env(args[0], None)
         log.debug("run (measured): %s", " ".join(args))
         read_end, write_end = os.pipe()
         try:
@@ -113,9 +109,13 @@ class Runner:
             raise ToolError(args, proc.returncode, proc.stderr.decode(errors="replace"))
         return Measured(proc, seconds, int(peak_kib) * 1024)
 
-    def _env(self, extra: Mapping[str, str] | None) -> dict[str, str]:
+    def _env(self, program: str, extra: Mapping[str, str] | None) -> dict[str, str]:
+        """The command's environment; raises MissingToolError when its PATH (with the sbin
+        directories) has no `program`."""
         env = {**os.environ, **self.env, **(extra or {})}
         env["PATH"] = search_path(env.get("PATH", os.defpath))
+        if shutil.which(program, path=env["PATH"]) is None and not os.path.exists(program):
+            raise MissingToolError(program)
         return env
 
     def output(self, argv: Sequence[str | os.PathLike[str]], **kwargs: object) -> str:

@@ -25,6 +25,8 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
+from builder.core.http_thread import ServedInThread
+
 CHUNK = 64 * 1024
 MAX_REDIRECTS = 5
 POOL = 8  # ostree keeps at most this many requests in flight per remote by default
@@ -167,22 +169,20 @@ class Relay:
         self.lock = threading.Lock()
         self.received = 0   # body bytes from the remote
         self.requests = 0
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, name="relay",
-                                       daemon=True)
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        self.served = ServedInThread(server, name="relay")
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+        return self.served.url + "/"
 
     def __enter__(self) -> Relay:
-        self.thread.start()
+        self.served.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.served.__exit__()
         self.upstream.close()
 
     def count(self, received: int, requests: int = 0) -> None:

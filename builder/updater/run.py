@@ -182,12 +182,13 @@ class Run:
 
     def _pull(self, remote: str, ref: str) -> str:
         cap = self.config.max_bytes_per_second
-        why_not = uncappable(self.system, remote, os.environ) if cap else None
-        if not cap or why_not:
-            if why_not:
-                self.log(f"the pull is not capped at {cap} B/s: {why_not}")
+        if not cap:
             return apply.pull(self.system, remote, ref)
         url = self.system.remote_option(remote, "url") or ""
+        why_not = uncappable(self.system, remote, url, os.environ)
+        if why_not:
+            self.log(f"the pull is not capped at {cap} B/s: {why_not}")
+            return apply.pull(self.system, remote, ref)
         started = time.monotonic()
         with Relay(url, cap, remote_tls(self.system, remote),
                    float(self.config.timeout_seconds)) as relay:
@@ -246,9 +247,10 @@ class Run:
         self.system.runner.run(["systemctl", "reboot"])
 
 
-def uncappable(system: System, remote: str, environ: Mapping[str, str]) -> str | None:
-    """Why the relay cannot carry every byte of a pull from this remote, or None."""
-    url = system.remote_option(remote, "url") or ""
+def uncappable(system: System, remote: str, url: str, environ: Mapping[str, str]
+               ) -> str | None:
+    """Why the relay cannot carry every byte of a pull from this remote (whose URL is
+    `url`), or None."""
     if not url.startswith(("http://", "https://")):
         return f"remote {remote!r} has no http(s) URL ({url or 'none'})"
     for key in ("metalink", "contenturl", "proxy"):
