@@ -1,105 +1,50 @@
 #!/usr/bin/env bash
-# Install the host tools the pipeline runs (rpmbuild, createrepo_c, ostree, skopeo, ...)
-# when they are missing. Idempotent and fast when everything is present: it only looks.
-# Debian/Ubuntu use apt-get, Fedora/RHEL/CentOS use dnf. Needs root (or sudo) to install.
+# Install the host tools the pipeline and its tests run (rpmbuild, createrepo_c, ostree,
+# skopeo, ...) when they are missing: the list is ci/host-tools.txt. Idempotent and fast when
+# everything is present: it only looks, and says "all present". Debian/Ubuntu use apt-get,
+# Fedora/RHEL/CentOS use dnf. Needs root (or sudo) to install.
 set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-# command-or-file to check -> Debian package -> Fedora package
-TOOLS=(
-    "rpmbuild rpm rpm-build"
-    "createrepo_c createrepo-c createrepo_c"
-    "ostree ostree ostree"
-    "skopeo skopeo skopeo"
-    "umoci umoci umoci"
-    "xorriso xorriso xorriso"
-    "gpg gnupg gnupg2"
-    "ip iproute2 iproute"
-    "tc iproute2 iproute-tc"
-    "xdelta3 xdelta3 xdelta"
-    "zstd zstd zstd"
-    "shellcheck shellcheck ShellCheck"
-    "cpio cpio cpio"
-    "rpm2cpio rpm rpm"
-    "vgs lvm2 lvm2"
-    "losetup mount util-linux"
-    "implantisomd5 isomd5sum isomd5sum"
-    "jq jq jq"
-    "curl curl curl"
-    # Test certificates for the updater relay's TLS to the remote.
-    "openssl openssl openssl"
-    "chattr e2fsprogs e2fsprogs"
-    # SELinux: compile policy modules (microshift-selinux, the SAMPLE container module),
-    # install them into an image's policy store, inspect the result.
-    "checkmodule checkpolicy checkpolicy"
-    "semodule policycoreutils policycoreutils"
-    "semodule_package semodule-utils policycoreutils-devel"
-    "sefcontext_compile selinux-utils libselinux-utils"
-    "sesearch setools setools-console"
-    "make make make"
-    "m4 m4 m4"
-    "gawk gawk gawk"
-    "bzip2 bzip2 bzip2"
-    # The simulated device's ostree runs the deployment's semodule through bubblewrap.
-    "bwrap bubblewrap bubblewrap"
-    "rsync rsync rsync"
-    # dnf reads each architecture's repository as a machine of that architecture would.
-    "dnf dnf dnf"
-    "g++ g++ gcc-c++"
-    # `kubectl kustomize`: what MicroShift applies, checked on the kustomizations that
-    # microshift-components writes (tests, device simulation). Debian: kubernetes-client.
-    "kubectl kubernetes-client kubernetes-client"
-)
-PY_RPM_DEB=python3-rpm
-PY_RPM_FEDORA=python3-rpm
+# The package manager decides which column of the list applies: on Debian with dnf installed
+# (the tests use it) apt-get is still the one that installs.
+if command -v apt-get >/dev/null 2>&1; then
+    MANAGER=apt-get COLUMN=2
+elif command -v dnf >/dev/null 2>&1; then
+    MANAGER=dnf COLUMN=3
+else
+    MANAGER="" COLUMN=2
+fi
 
-missing_deb=()
-missing_fedora=()
-for entry in "${TOOLS[@]}"; do
-    read -r tool deb fedora <<<"$entry"
-    if ! command -v "$tool" >/dev/null 2>&1; then
-        missing_deb+=("$deb")
-        missing_fedora+=("$fedora")
-    fi
-done
-# rpmlint's spelling check (pyenchant) needs the enchant library and an English dictionary;
-# without them the check is silently skipped and rpmlint reports our spelling filters as
-# unused, so lint results would differ from machine to machine.
-if ! ldconfig -p 2>/dev/null | grep -q 'libenchant-2\.so'; then
-    missing_deb+=(libenchant-2-2)
-    missing_fedora+=(enchant2)
-fi
-if [ ! -e /usr/share/hunspell/en_US.dic ] && [ ! -e /usr/share/myspell/en_US.dic ]; then
-    missing_deb+=(hunspell-en-us)
-    missing_fedora+=(hunspell-en-US)
-fi
-# The policy devel Makefile and headers that microshift-selinux's %build compiles against.
-if [ ! -e /usr/share/selinux/devel/Makefile ]; then
-    missing_deb+=(selinux-policy-dev)
-    missing_fedora+=(selinux-policy-devel)
-fi
-# Debian's reference policy: the SAMPLE base's SAMPLE policy is built from its modules
-# (builder/rpm/sample_policy.py). Fedora does not package it; there the sample flow
-# composes unlabelled, with a warning.
-if [ ! -e /usr/share/selinux/default/base.pp.bz2 ] && command -v apt-get >/dev/null 2>&1; then
-    missing_deb+=(selinux-policy-default)
-fi
-# microshift-components (a zip application the device runs with its system Python) needs
-# PyYAML; the device simulation runs it with this machine's /usr/bin/python3.
-if ! /usr/bin/python3 -c 'import yaml' >/dev/null 2>&1; then
-    missing_deb+=(python3-yaml)
-    missing_fedora+=(python3-pyyaml)
-fi
-# The rpm Python bindings (used through the `rpm` shim from PyPI inside virtualenvs).
-if ! /usr/bin/python3 -c 'import rpm' >/dev/null 2>&1; then
-    missing_deb+=("$PY_RPM_DEB")
-    missing_fedora+=("$PY_RPM_FEDORA")
-fi
-# RHEL 9's system Python 3.9 runs the device's zip applications; a test runs them on one.
-# Fedora packages python3.9; Debian 12 packages none (that test then skips, with the reason
-# docs/testing.md lists).
-if ! command -v python3.9 >/dev/null 2>&1 && command -v dnf >/dev/null 2>&1; then
-    missing_fedora+=(python3.9)
-fi
+present() {  # CHECK as ci/host-tools.txt describes it
+    local check=$1 alternative dir
+    case "$check" in
+        py:*) /usr/bin/python3 -c "import ${check#py:}" >/dev/null 2>&1 ;;
+        /*) local IFS='|'
+            for alternative in $check; do
+                compgen -G "$alternative" >/dev/null && return 0
+            done
+            return 1 ;;
+        *)  command -v "$check" >/dev/null 2>&1 && return 0
+            for dir in /usr/local/sbin /usr/sbin /sbin; do
+                [ -x "$dir/$check" ] && return 0
+            done
+            return 1 ;;
+    esac
+}
+
+# The packages of this distribution whose check fails, one per line.
+missing_packages() {
+    local fields package
+    while read -r -a fields; do
+        [ ${#fields[@]} -ge 3 ] || continue
+        case "${fields[0]}" in \#*) continue ;; esac
+        package=${fields[$((COLUMN - 1))]}
+        [ "$package" = "-" ] && continue
+        present "${fields[0]}" || echo "$package"
+    done < "$HERE/host-tools.txt"
+}
+mapfile -t missing < <(missing_packages)
 
 # The simulated device of the other architecture (an aarch64 device on an x86_64 host):
 # composing runs none of its programs, but ostree runs the new deployment's semodule on
@@ -110,8 +55,7 @@ case "$(uname -m)" in
     *) FOREIGN="" ;;
 esac
 if [ -n "$FOREIGN" ] && ! compgen -G "/usr/lib/binfmt.d/qemu-$FOREIGN*.conf" >/dev/null; then
-    missing_deb+=(qemu-user-static)
-    missing_fedora+=(qemu-user-static)
+    missing+=(qemu-user-static)
 fi
 
 SUDO=""
@@ -139,28 +83,35 @@ register_foreign_binfmt() {
     fi
 }
 
-if [ ${#missing_deb[@]} -eq 0 ] && [ ${#missing_fedora[@]} -eq 0 ]; then
+if [ ${#missing[@]} -eq 0 ]; then
     register_foreign_binfmt
     echo "host tools: all present"
     exit 0
 fi
+mapfile -t pkgs < <(printf '%s\n' "${missing[@]}" | sort -u)
 
 if [ "$(id -u)" -ne 0 ] && [ -z "$SUDO" ]; then
-    echo "host tools missing (${missing_deb[*]}) and not root: install them yourself" >&2
+    echo "host tools missing (${pkgs[*]}) and not root: install them yourself" >&2
     exit 1
 fi
 
-if command -v apt-get >/dev/null 2>&1; then
-    mapfile -t pkgs < <(printf '%s\n' "${missing_deb[@]}" | sort -u)
-    echo "host tools: installing ${pkgs[*]} with apt-get"
-    $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}"
-elif command -v dnf >/dev/null 2>&1; then
-    mapfile -t pkgs < <(printf '%s\n' "${missing_fedora[@]}" | sort -u)
-    echo "host tools: installing ${pkgs[*]} with dnf"
-    $SUDO dnf install -y "${pkgs[@]}"
-else
-    echo "host tools missing (${missing_deb[*]}) and neither apt-get nor dnf found" >&2
+case "$MANAGER" in
+    apt-get)
+        echo "host tools: installing ${pkgs[*]} with apt-get"
+        $SUDO apt-get update -q
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}" ;;
+    dnf)
+        echo "host tools: installing ${pkgs[*]} with dnf"
+        $SUDO dnf install -y "${pkgs[@]}" ;;
+    *)
+        echo "host tools missing (${pkgs[*]}) and neither apt-get nor dnf found" >&2
+        exit 1 ;;
+esac
+# A package that installed without providing what was checked would make every later run
+# install it again: say so now.
+mapfile -t still < <(missing_packages)
+if [ ${#still[@]} -gt 0 ]; then
+    echo "host tools: still missing after installing: ${still[*]}" >&2
     exit 1
 fi
 register_foreign_binfmt
