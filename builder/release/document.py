@@ -264,6 +264,29 @@ class Ostree(Model):
     deltas_from: int = Field(3, ge=0, le=50, description="an integer from 0 to 50")
 
 
+# rpmlint's check names: statically-linked-binary, missing-PT_GNU_STACK-section, ...
+RPMLINT_CHECK = r"^[A-Za-z0-9_%-]+$"
+# The reason is shown in the build output: at least one character that is not a blank.
+WHY = r"[^ \t\r\n]"
+
+
+class RpmlintAcceptance(Model):
+    """One rpmlint finding on one file of the release's own payload, accepted with a reason."""
+
+    check: str = Field(pattern=RPMLINT_CHECK, description=(
+        "an rpmlint check name as rpmlint prints it, e.g. statically-linked-binary "
+        "(letters, digits, '-', '_' and '%')"))
+    path: str = Field(min_length=1, description=(
+        "the install path of a file of components.core.payload, e.g. /usr/bin/microshift"))
+    why: str = Field(pattern=WHY, description=(
+        "why the finding is justified for this file (shown in the build output)"))
+
+
+class Rpmlint(Model):
+    accept: list[RpmlintAcceptance] = Field([], description=(
+        "rpmlint findings accepted for the payload's files, each with its reason"))
+
+
 class ReleaseDocument(Model):
     """release.yaml: what to build, validated before any work."""
 
@@ -278,6 +301,7 @@ class ReleaseDocument(Model):
     base: Base | None = None
     components: dict[ComponentKey, Component | None]  # `selinux:` is `selinux: {}`
     ostree: Ostree | None = None
+    rpmlint: Rpmlint | None = None
 
     @model_validator(mode="after")
     def _components(self) -> ReleaseDocument:
@@ -301,6 +325,8 @@ class ReleaseDocument(Model):
                          "for Edge devices run SELinux enforcing; add `selinux: {}` under "
                          "components", at="components.selinux")
         _one_image_per_name({str(k): v or Component() for k, v in self.components.items()})
+        _payload_acceptances(self.rpmlint or Rpmlint(), payload_installs(payload,
+                                                                         self.architectures))
         return self
 
 
@@ -327,3 +353,27 @@ def _every_architecture(payload: Payload, architectures: list[Architecture]) -> 
                      f"{', '.join(architectures)}, or one payload (path, url, sample or "
                      "files) for every architecture",
                      at=f"components.core.payload.{missing[0]}")
+
+
+def payload_installs(payload: Payload, architectures: list[Architecture]) -> list[str]:
+    """The install paths of the payload's files for these architectures, in order."""
+    forms: list[Payload | ArchPayload] = [payload]
+    if payload.per_arch():
+        forms = [form for arch, form in payload.per_arch().items() if arch in architectures]
+    return list(dict.fromkeys(path for form in forms for path in (
+        [entry.install for entry in form.files] if form.files else [BINARY])))
+
+
+def _payload_acceptances(rpmlint: Rpmlint, installs: list[str]) -> None:
+    """An accepted rpmlint finding is about a file of the release's payload, once."""
+    seen: dict[tuple[str, str], int] = {}
+    for index, entry in enumerate(rpmlint.accept):
+        at = f"rpmlint.accept[{index}]"
+        if entry.path not in installs:
+            raise refuse(f"{entry.path!r} is not a file of the release's payload; allowed: "
+                         f"{', '.join(installs)} (components.core.payload; the project's own "
+                         "files are filtered in specs/rpmlintrc)", at=f"{at}.path")
+        first = seen.setdefault((entry.check, entry.path), index)
+        if first != index:
+            raise refuse(f"accepts {entry.check} on {entry.path} again (rpmlint.accept"
+                         f"[{first}]); allowed: one entry per check and path", at=at)

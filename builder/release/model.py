@@ -14,8 +14,8 @@ from builder.release.document import IMAGE_REF_RE, ReleaseDocument
 from builder.release.ostree_config import OstreeSettings, settings_from
 from builder.release.payload import ArchPayloads, Payload, PayloadFile, release_payload
 
-__all__ = ["GOARCH", "ArchPayloads", "ComponentRelease", "Image", "Payload", "PayloadFile",
-           "Release", "load_release"]
+__all__ = ["GOARCH", "ArchPayloads", "ComponentRelease", "Image", "LintAcceptance", "Payload",
+           "PayloadFile", "Release", "load_release"]
 
 # A release's architectures as container images name them (OCI `platform.architecture`, the
 # image config's `architecture`, skopeo's --override-arch): Go's GOARCH values.
@@ -66,6 +66,17 @@ class Repo:
 
 
 @dataclass(frozen=True)
+class LintAcceptance:
+    """An rpmlint finding accepted for a file of the core payload (release.yaml's
+    `rpmlint.accept`): the check, the file's install path and why it is justified."""
+
+    check: str
+    path: str
+    why: str
+    field: str  # where release.yaml names it, e.g. rpmlint.accept[0]
+
+
+@dataclass(frozen=True)
 class Release:
     path: Path
     version: str
@@ -79,6 +90,8 @@ class Release:
     # release.yaml's architectures, even when a run is narrowed to one (`--arch`): artifacts
     # of a several-architecture release carry their architecture in their names.
     declared_architectures: tuple[str, ...] = ()
+    # rpmlint findings accepted for the payload's files (builder/rpm/lint.py filters them).
+    lint_acceptances: tuple[LintAcceptance, ...] = ()
 
     @property
     def multiarch(self) -> bool:
@@ -134,7 +147,10 @@ def load_release(path: Path) -> Release:
     return Release(path=path, version=doc.version, release=doc.release,
                    architectures=architectures, declared_architectures=architectures,
                    source_date_epoch=doc.source_date_epoch, components=components,
-                   base_repos=repos, ostree=settings_from(doc.ostree, root, file))
+                   base_repos=repos, ostree=settings_from(doc.ostree, root, file),
+                   lint_acceptances=tuple(
+                       LintAcceptance(entry.check, entry.path, entry.why, f"rpmlint.accept[{i}]")
+                       for i, entry in enumerate(doc.rpmlint.accept if doc.rpmlint else ())))
 
 
 def _component(key: str, doc: document.Component, architectures: tuple[str, ...], root: Path,

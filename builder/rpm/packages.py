@@ -6,7 +6,6 @@ import io
 import os
 import re
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
@@ -30,17 +29,15 @@ from builder.core.steps import (
 )
 from builder.core.templates import render_file, render_source_tree
 from builder.release.catalog import BY_KEY, Component
-from builder.release.model import Release
 from builder.release.payload import PayloadFile
 from builder.release.release_info import generated_files
 from builder.release.template_context import component_context
+from builder.rpm.lint import run_rpmlint
 from builder.rpm.payloads import resolve_payload
 from builder.rpm.repos import publish_arch_repos
 from builder.rpm.rpmbuild import build_spec, rpm_macros
 from builder.rpm.signing import sign_repo, sign_rpms
 
-RPMLINTRC = SPECS_DIR / "rpmlintrc"
-RPMLINTRC_SAMPLE = SPECS_DIR / "rpmlintrc.sample"
 NOARCH = re.compile(r"^BuildArch:\s*noarch\s*$", re.MULTILINE)
 
 
@@ -230,47 +227,6 @@ def deterministic_tar(tree: Path, prefix: str, epoch: int) -> bytes:
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)
     return buffer.getvalue()
-
-
-def run_rpmlint(ctx: Context, rpms: list[Path]) -> None:
-    """rpmlint as a cached step: the same RPMs and filters are not linted twice."""
-    rcfile_text = rpmlintrc_text(ctx.release)
-    step = Step("rpmlint", {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms},
-                            "rpmlintrc": rcfile_text})
-
-    def lint(out: Path) -> None:
-        rcfile = out / "rpmlintrc"
-        rcfile.write_text(rcfile_text)
-        proc = ctx.runner.run([_rpmlint_command(), "--rpmlintrc", str(rcfile),
-                               *map(str, rpms)], check=False)
-        output = proc.stdout.decode(errors="replace")
-        (out / "rpmlint.txt").write_text(output)
-        summary = output.strip().splitlines()[-1] if output.strip() else "(no output)"
-        ctx.progress.info(summary)
-        errors = [line for line in output.splitlines() if ": E: " in line]
-        if proc.returncode != 0 or errors:
-            listing = "\n".join(errors[:20]) or output[-2000:]
-            raise BuildError(f"rpmlint found errors in the built RPMs:\n{listing}",
-                             hint="fix the spec, or filter a justified check in specs/rpmlintrc")
-
-    with ctx.progress.step(f"rpmlint: {len(rpms)} RPMs"):
-        materialize(step, ctx.build_dir, lint, ctx.progress)
-
-
-def rpmlintrc_text(release: Release) -> str:
-    """specs/rpmlintrc, and specs/rpmlintrc.sample's filter for the architectures whose core
-    payload is all SAMPLE stand-ins (with a payload per architecture, maybe not all)."""
-    sample = [arch for arch in release.architectures
-              if all(file.source.is_sample for file in release.payload_for(arch))]
-    text = RPMLINTRC.read_text()
-    if sample:
-        text += RPMLINTRC_SAMPLE.read_text().replace("{arches}", "|".join(sample))
-    return text
-
-
-def _rpmlint_command() -> str:
-    beside_python = Path(sys.executable).parent / "rpmlint"
-    return str(beside_python) if beside_python.exists() else "rpmlint"
 
 
 def _write_specs(dest: Path, specs: dict[str, str]) -> None:

@@ -26,11 +26,14 @@ from tests.support.mutations import (
 )
 
 SAMPLE = sample(RELEASE)
-# The sample with a payload per architecture, each form once: variants of both are generated.
+# The sample with a payload per architecture, each form once: variants of both are generated
+# (and of an accepted rpmlint finding on a payload file).
 PER_ARCH = {**SAMPLE, "architectures": ["x86_64", "aarch64"], "components": {
     **SAMPLE["components"], "core": {**SAMPLE["components"]["core"], "payload": {
         "x86_64": SAMPLE["components"]["core"]["payload"],
-        "aarch64": {"sample": "microshift"}}}}}
+        "aarch64": {"sample": "microshift"}}}},
+    "rpmlint": {"accept": [{"check": "statically-linked-binary", "path": "/usr/bin/microshift",
+                            "why": "built static on purpose"}]}}
 SEEDS = pytest.mark.parametrize("seed", [SAMPLE, PER_ARCH], ids=["single", "per-arch"])
 SCHEMA = schema_validator("release")
 TOP_KEYS = set(ReleaseDocument.model_fields) | {"(top level)"}

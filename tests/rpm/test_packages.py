@@ -227,7 +227,7 @@ def test_ovs_init_honours_disable_ovs_init(built_release: Path, tmp_path: Path) 
 
 
 def test_rpmlint_reports_no_errors(built_release: Path, tmp_path: Path) -> None:
-    from builder.rpm.packages import _rpmlint_command, rpmlintrc_text
+    from builder.rpm.lint import _rpmlint_command, rpmlintrc_text
 
     rc = tmp_path / "lintrc"
     rc.write_text(rpmlintrc_text(load_release(RELEASE)))
