@@ -14,6 +14,7 @@ import logging
 import shlex
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,8 +131,8 @@ def _build_dir_held(ctx: Context, args: argparse.Namespace,
 
 
 def _report(exc: BuildError, args: argparse.Namespace) -> int:
-    if args.debug:
-        raise exc
+    if args.debug:  # the traceback too, but the exit status stays the error's
+        traceback.print_exception(exc, file=sys.stderr)
     if args.json:  # CI parses stderr as JSON lines: the error is one more event
         print(json.dumps({"event": "error", "message": exc.message, "hint": exc.hint,
                           "exit_code": exc.exit_code}, sort_keys=True), file=sys.stderr)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.core.errors import BuildError, InputError
-from builder.core.schema import key_text
+from builder.core.schema import closest, key_text
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9._-]+$")
 USER_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,31}$")   # fsnode usernameRegex
@@ -323,7 +323,10 @@ class _Checker:
     def keys(self, table: dict[str, Any], prefix: str, allowed: tuple[str, ...]) -> None:
         for key in table:
             if key not in allowed:
-                self.add(self._at(prefix, key), "unknown field; allowed: " + ", ".join(allowed))
+                guess = closest(key, allowed)
+                meant = f" did you mean `{guess}`?" if guess is not None else ""
+                self.add(self._at(prefix, key),
+                         f"unknown field;{meant} allowed: " + ", ".join(allowed))
 
     def _typed(self, table: dict[str, Any], prefix: str, key: str, *,
                ok: Callable[[Any], bool], what: str, required: bool = False) -> Any:

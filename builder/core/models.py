@@ -10,13 +10,14 @@ its schema (`description`, `enum`, bounds), so the message and the schema cannot
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from builder.core.errors import InputError
-from builder.core.schema import key_text
+from builder.core.schema import closest, key_text, unknown_key
 
 __all__ = ["Model", "input_error", "key_text", "refuse", "validate"]
 
@@ -74,9 +75,9 @@ def validate(model: type[M], data: Any, file: str, prefix: str = "") -> M:
 
 def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
                 prefix: str = "") -> InputError:
-    error = errors[0]
-    loc = list(error["loc"])
     schema = model.model_json_schema(by_alias=True)
+    error, nodes = _first(_untagged(schema, errors))
+    loc = list(error["loc"])
     if loc and loc[-1] == "[key]":
         loc.pop()
         key = loc.pop()
@@ -84,22 +85,68 @@ def input_error(model: type[BaseModel], errors: list[ErrorDetails], file: str,
         if not isinstance(key, str):
             return InputError(file, path, f"the name {key!r} is not a string; allowed: a "
                               f'string (quote it: "{key}")')
-        parent = _schema_at(schema, schema, loc)
+        parent = nodes[len(loc)]
         if error["type"] == "string_pattern_mismatch":
             return InputError(file, path, f"the name {key!r} is not allowed; allowed: "
                               f"{_allowed_text(schema, parent)}")
-        allowed = _allowed_keys(schema, parent)
-        return InputError(file, path, f"unknown name {key!r}; allowed: {allowed or 'a string'}")
+        names = _allowed_keys(schema, parent)
+        guess = closest(key, names)
+        meant = f" did you mean `{guess}`?" if guess is not None else ""
+        return InputError(file, path, f"unknown name {key!r};{meant} allowed: "
+                          f"{', '.join(names) or 'a string'}")
     if error["type"] == "invalid_key":  # a key of a mapping that is not a string (`7:`)
         key = loc.pop()
-        allowed = _allowed_keys(schema, _schema_at(schema, schema, loc)) or "none"
+        allowed = ", ".join(_allowed_keys(schema, nodes[len(loc)])) or "none"
         return InputError(file, _join(prefix, _join(_path(loc), key_text(key))),
                           f"unknown key {key!r}; allowed keys here: {allowed}")
     path = _path(loc)
     if error["type"] == "refused":
         path = _join(path, str((error.get("ctx") or {}).get("at", "")))
     return InputError(file, _join(prefix, path) or "(top level)",
-                      _problem(schema, error, loc))
+                      _problem(schema, error, loc, nodes))
+
+
+# What pydantic names a form of a union with in an error's location: a model's name, `str`,
+# `constrained-str`, `function-after[_ip(), str]`, ... (never `[key]`, a mapping's key).
+_TAG = re.compile(r"^[A-Za-z][\w-]*(\[.*\])?$")
+# An error with its location as the user wrote it and the schema at each step of it.
+_Located = tuple[ErrorDetails, list[dict[str, Any]]]
+
+
+def _untagged(root: dict[str, Any], errors: list[ErrorDetails]) -> list[_Located]:
+    """The errors with pydantic's union tags taken out of their locations
+    (`packages[3].PinnedBase.name` is `packages[3].name`), less those that only say the value
+    is not of one of the union's other forms (a mapping is not "expected a string")."""
+    located: list[tuple[ErrorDetails, list[dict[str, Any]], bool]] = []
+    for error in errors:
+        loc, nodes, tagged = _walk(root, list(error["loc"]),
+                                   key_last=error["type"] == "extra_forbidden")
+        located.append(({**error, "loc": tuple(loc)}, nodes,
+                        tagged and error["type"] in _TYPE_NAMES))
+    other_form = [(error, nodes) for error, nodes, wrong_form in located if not wrong_form]
+
+    def about_other_form(error: ErrorDetails) -> bool:
+        size = len(error["loc"])
+        return any(len(other["loc"]) >= size and other["loc"][:size] == error["loc"]
+                   for other, _ in other_form)
+
+    kept = [(error, nodes) for error, nodes, wrong_form in located
+            if not wrong_form or not about_other_form(error)]
+    return kept or [(error, nodes) for error, nodes, _ in located]
+
+
+def _first(errors: list[_Located]) -> _Located:
+    """The error to report: the first, except that a required key missing beside an unknown
+    key of the same mapping is most likely that key mistyped (`verison:`), so the unknown key
+    is named, with the suggestion, rather than "version: is required"."""
+    first = errors[0]
+    if first[0]["type"] != "missing":
+        return first
+    parent, wanted = first[0]["loc"][:-1], str(first[0]["loc"][-1])
+    extras = [e for e in errors if e[0]["type"] == "extra_forbidden"
+              and e[0]["loc"][:-1] == parent]
+    typos = [e for e in extras if closest(e[0]["loc"][-1], [wanted]) == wanted]
+    return (typos or extras or [first])[0]
 
 
 def _join(path: str, more: str) -> str:
@@ -108,18 +155,18 @@ def _join(path: str, more: str) -> str:
     return path + more if more.startswith("[") else f"{path}.{more}"
 
 
-def _problem(schema: dict[str, Any], error: ErrorDetails, loc: list[Any]) -> str:
+def _problem(schema: dict[str, Any], error: ErrorDetails, loc: list[Any],
+             nodes: list[dict[str, Any]]) -> str:
     kind, value = error["type"], error.get("input")
     if kind == "refused":
         return str((error.get("ctx") or {})["message"])
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
-        parent = _schema_at(schema, schema, loc[:-1])
-        return f"unknown key; allowed keys here: {_allowed_keys(schema, parent) or 'none'}"
+        return unknown_key(loc[-1], _allowed_keys(schema, nodes[-2]))
     if kind in _TYPE_NAMES:
         return f"expected {_TYPE_NAMES[kind]}, got {_show(value)}"
-    allowed = _allowed_text(schema, _schema_at(schema, schema, loc))
+    allowed = _allowed_text(schema, nodes[-1])
     if kind == "too_short" and isinstance(value, list | dict | str) and not value:
         return f"is empty; allowed: {allowed}"
     return f"{_show(value)} is not allowed; allowed: {allowed}"
@@ -149,34 +196,85 @@ def _resolve(root: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def _schema_at(root: dict[str, Any], node: dict[str, Any], loc: list[Any]) -> dict[str, Any]:
-    """The schema of the value at `loc` ({} when the path leaves the schema)."""
+def _mapping(root: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """`node` resolved; of a choice of forms (`name: REF` or `name: {ref: ..., source: ...}`),
+    the one that is a mapping, where a key below it is looked up."""
     node = _resolve(root, node)
-    for part in loc:
-        if isinstance(part, int) and "items" in node:
-            node = _resolve(root, node["items"])
-        elif isinstance(part, str) and part in node.get("properties", {}):
-            described = node["properties"][part]
-            node = {**_resolve(root, described),
-                    **({"description": described["description"]}
-                       if "description" in described else {})}
-        elif isinstance(node.get("additionalProperties"), dict):
-            node = _resolve(root, node["additionalProperties"])
-        elif node.get("patternProperties"):  # a mapping with constrained names
-            node = _resolve(root, next(iter(node["patternProperties"].values())))
-        else:
-            return {}
+    for choice in node.get("anyOf", ()):
+        branch = _resolve(root, choice)
+        if any(k in branch for k in ("properties", "additionalProperties", "patternProperties",
+                                     "propertyNames")):
+            return branch
     return node
 
 
-def _allowed_keys(root: dict[str, Any], node: dict[str, Any]) -> str:
-    node = _resolve(root, node)
+def _walk(root: dict[str, Any], loc: list[Any], *,
+          key_last: bool) -> tuple[list[Any], list[dict[str, Any]], bool]:
+    """`loc` without union tags, the schema at each of its prefixes ({} once the path leaves
+    the schema), and whether a tag ended it. `key_last`: its last part is a key the user
+    wrote (of an unknown key), never a tag."""
+    node = _resolve(root, root)
+    clean: list[Any] = []
+    nodes = [node]
+    tagged = False
+    for index, part in enumerate(loc):
+        branch = None
+        if isinstance(part, str) and not (key_last and index == len(loc) - 1):
+            branch = _tagged_branch(root, node, part)
+        if branch is not None:  # pydantic names the form of a union it tried: not a key
+            nodes[-1] = node = branch
+            tagged = index == len(loc) - 1
+            continue
+        node = _child(root, node, part)
+        clean.append(part)
+        nodes.append(node)
+    return clean, nodes, tagged
+
+
+def _tagged_branch(root: dict[str, Any], node: dict[str, Any],
+                   tag: str) -> dict[str, Any] | None:
+    """The branch of a union schema that pydantic's `tag` names (a model's name, or `str`,
+    `constrained-str`, `int`, ...), or None when `node` is no union or `tag` is a key."""
+    branches = [b for b in node.get("anyOf", ()) if b.get("type") != "null"]
+    if len(branches) < 2 or not _TAG.match(tag):
+        return None
+    resolved = [_resolve(root, b) for b in branches]
+    if any(tag in b.get("properties", {}) for b in resolved):
+        return None
+    for raw, branch in zip(branches, resolved, strict=True):
+        if raw.get("$ref", "").rsplit("/", 1)[-1] == tag:
+            return branch
+    scalars = [b for b in resolved if "properties" not in b]
+    kind = "integer" if "int" in tag else "string" if "str" in tag else None
+    return next((b for b in scalars if b.get("type") == kind), scalars[0] if scalars else None)
+
+
+def _child(root: dict[str, Any], node: dict[str, Any], part: Any) -> dict[str, Any]:
+    """The schema of the value at key or index `part` of a value whose schema is `node`."""
+    if isinstance(part, str):
+        node = _mapping(root, node)
+    if isinstance(part, int) and "items" in node:
+        return _resolve(root, node["items"])
+    if isinstance(part, str) and part in node.get("properties", {}):
+        described = node["properties"][part]
+        return {**_resolve(root, described),
+                **({"description": described["description"]}
+                   if "description" in described else {})}
+    if isinstance(node.get("additionalProperties"), dict):
+        return _resolve(root, node["additionalProperties"])
+    if node.get("patternProperties"):  # a mapping with constrained names
+        return _resolve(root, next(iter(node["patternProperties"].values())))
+    return {}
+
+
+def _allowed_keys(root: dict[str, Any], node: dict[str, Any]) -> list[str]:
+    node = _mapping(root, node)
     if "properties" in node:
-        return ", ".join(sorted(node["properties"]))
+        return sorted(node["properties"])
     names = node.get("propertyNames", {})
     if "enum" in names:
-        return ", ".join(str(n) for n in names["enum"])
-    return ""
+        return [str(n) for n in names["enum"]]
+    return []
 
 
 def _allowed_text(root: dict[str, Any], node: dict[str, Any]) -> str:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -61,6 +62,23 @@ def key_text(key: Any) -> str:
     return text if _PLAIN_KEY.match(text) else json.dumps(text)
 
 
+def closest(key: Any, allowed: Iterable[str]) -> str | None:
+    """The allowed key a mistyped `key` most likely meant (case, '-' and '_' aside), or None."""
+    def fold(text: str) -> str:
+        return text.lower().replace("-", "").replace("_", "")
+    folded = {fold(name): name for name in allowed}
+    match = difflib.get_close_matches(fold(str(key)), list(folded), n=1, cutoff=0.6)
+    return folded[match[0]] if match else None
+
+
+def unknown_key(key: Any, allowed: Iterable[str]) -> str:
+    """The problem text of an unknown key in a mapping whose keys are `allowed`."""
+    names = list(allowed)
+    guess = closest(key, names)
+    meant = f" did you mean `{guess}`?" if guess is not None else ""
+    return f"unknown key;{meant} allowed keys here: {', '.join(names) or 'none'}"
+
+
 class Fields:
     """Reads one mapping; `close()` rejects keys nobody asked for."""
 
@@ -87,7 +105,7 @@ class Fields:
         self._seen.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                raise self.error(key, "is required")
+                raise self._missing(key)
             return default  # type: ignore[return-value]
         value = self.data[key]
         # bool is an int in Python; keep them apart so `version: true` is rejected.
@@ -104,16 +122,22 @@ class Fields:
         self._seen.add(key)
         if key not in self.data or self.data[key] is None:
             if required:
-                raise self.error(key, "is required")
+                raise self._missing(key)
             return None
         return Fields(self.file, self.path(key), self.data[key])
+
+    def _missing(self, key: str) -> InputError:
+        """A required key that is absent; when it is a typo of a key given, that key."""
+        for given in sorted((k for k in self.data if k not in self._seen), key=str):
+            if closest(given, [key]) == key:
+                return self.error(str(given), f"unknown key; did you mean `{key}`?")
+        return self.error(key, "is required")
 
     def close(self) -> None:
         # Keys may be of any YAML type (`7:`, `true:`): compare them as text.
         unknown = sorted((k for k in self.data if k not in self._seen), key=str)
         if unknown:
-            allowed = ", ".join(sorted(self._seen)) or "none"
-            raise self.error(str(unknown[0]), f"unknown key; allowed keys here: {allowed}")
+            raise self.error(str(unknown[0]), unknown_key(unknown[0], sorted(self._seen)))
 
 
 def _type_name(kind: Any) -> str:

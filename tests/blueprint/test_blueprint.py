@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import tomllib
@@ -309,6 +310,35 @@ def test_each_violation_is_reported_with_its_toml_path() -> None:
         assert field in found, f"no violation reported for {field}"
         assert problem in found[field], f"{field}: {found[field]}"
     assert len(violations) == len(EXPECTED_VIOLATIONS)
+
+
+def _tables(node: Any, at: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every table of a parsed blueprint, with its TOML path."""
+    if isinstance(node, list):
+        return [t for i, item in enumerate(node) for t in _tables(item, f"{at}[{i}]")]
+    if not isinstance(node, dict):
+        return []
+    found = [(at, node)]
+    for key, value in node.items():
+        found += _tables(value, f"{at}.{key}" if at else key)
+    return found
+
+
+def test_a_mistyped_key_in_any_table_of_a_blueprint_is_named_with_the_key_meant(
+        release: Release) -> None:
+    """Each key of each table of the rendered whole-stack blueprint, two letters swapped."""
+    blueprint = rendered(release, "microshift-full")
+    cases = [(at, key) for at, table in _tables(blueprint) for key in table]
+    assert len(cases) > 20
+    for at, key in cases:
+        data = copy.deepcopy(blueprint)
+        table = dict(_tables(data))[at]
+        typo = key[0] + key[2] + key[1] + key[3:]
+        table[typo] = table.pop(key)
+        found = {v.field: v.problem for v in validate_blueprint(data)}
+        field = f"{at}.{typo}" if at else typo
+        assert found.get(field, "").startswith(f"unknown field; did you mean `{key}`? "
+                                               "allowed: "), (field, found)
 
 
 def test_check_blueprint_lists_every_violation_prefixed_by_the_file() -> None:

@@ -158,7 +158,8 @@ def test_ovnk_mtu_out_of_range_exits_2_naming_field_and_range(root: Path) -> Non
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("mtu: 1400\nmaxMTU: 9000\n", "maxMTU: unknown field; allowed: disableOVSInit, mtu"),
+    ("mtu: 1400\nmaxMTU: 9000\n",
+     "maxMTU: unknown field; did you mean `mtu`? allowed: disableOVSInit, mtu"),
     ("mtu: 1000\n", "mtu: 1000 is out of range"),
     ("mtu: '1400'\n", "mtu: '1400' is out of range"),
     ("mtu: 1400.5\n", "mtu: '1400.5' is out of range"),

@@ -240,7 +240,8 @@ def test_a_release_architecture_without_its_payload_is_one_line(tmp_path: Path) 
      f"{CORE}.payload.aarch64.x86_64", "unknown key; allowed keys here: files, path, sample"),
     ({"x86_64": {"sample": "microshift"}, "arm64": {"sample": "microshift"}},
      f"{CORE}.payload.arm64",
-     "unknown key; allowed keys here: aarch64, files, path, sample, sha256, url, x86_64"),
+     "unknown key; did you mean `aarch64`? allowed keys here: aarch64, files, path, sample, "
+     "sha256, url, x86_64"),
     ({"x86_64": {"sample": "microshift"}, "aarch64": {"sample": "microshift"},
       "files": [{"install": "/usr/bin/microshift", "sample": "microshift"}]},
      f"{CORE}.payload.files", "give either one payload for every architecture (files: ...) or "

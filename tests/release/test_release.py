@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,49 @@ def test_cli_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert err[0].startswith(f"error: {path}: version:")
     assert "Traceback" not in err[0]
     assert not build_dir.exists()
+
+
+def _renamed(keys: tuple[str, ...], new: str) -> object:
+    def mutate(data: dict[str, object]) -> None:
+        node = data
+        for key in keys[:-1]:
+            node = node[key]  # type: ignore[assignment]
+        node[new] = node.pop(keys[-1])
+    return mutate
+
+
+@pytest.mark.parametrize(("keys", "typo", "field"), [
+    (("source_date_epoch",), "source_date_epcoh", "source_date_epcoh"),
+    (("version",), "verison", "verison"),
+    (("components", "core", "images", "pause", "ref"), "rf", "components.core.images.pause.rf"),
+    (("components", "core", "images", "pause", "source"), "sorce",
+     "components.core.images.pause.sorce"),
+])
+def test_a_mistyped_key_is_named_with_the_key_meant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], keys: tuple[str, ...], typo: str,
+        field: str) -> None:
+    """Also when the key meant is required: not `version: is required`."""
+    path = write_release(tmp_path, _renamed(keys, typo))
+    assert run_cli("--release", path, "rpms", "--build-dir", tmp_path / "b") == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: {path}: {field}: unknown key; did you mean `{keys[-1]}`? "
+                           "allowed keys here: "), line
+    if keys[-1] in ("ref", "source"):  # an image: both keys listed (it said "none")
+        assert line.endswith("allowed keys here: ref, source"), line
+
+
+def test_debug_shows_the_traceback_and_keeps_exit_status_2(tmp_path: Path) -> None:
+    path = write_release(tmp_path, _renamed(
+        ("components", "core", "images", "pause", "source"), "sorce"))
+    proc = subprocess.run([sys.executable, "-m", "builder", "--debug", "--release", str(path),
+                           "rpms", "--build-dir", str(tmp_path / "b")],
+                          capture_output=True, text=True, check=False, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback (most recent call last)" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"error: {path}: components.core.images.pause.sorce: unknown key; did you mean "
+        "`source`? allowed keys here: ref, source")
+    assert not (tmp_path / "b").exists()
 
 
 def test_missing_release_file_is_a_clear_error(tmp_path: Path,
