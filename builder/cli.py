@@ -30,6 +30,7 @@ PROG = "microshift-builder"
 
 COMMAND_MODULES = (
     "builder.commands.packaging",
+    "builder.commands.baseos",
     "builder.commands.pipeline",
     "builder.commands.composer",
     "builder.commands.blueprint",

@@ -44,6 +44,9 @@ def register(sub: Any) -> None:
                              "ostree.deltas_from, 3)")
     deltas.add_argument("--no-offline", action="store_true",
                         help="skip the offline delta files in DIR/deltas/")
+    deltas.add_argument("--no-scratch", action="store_true",
+                        help="skip the delta from scratch (what a device with no commit of "
+                             "the ref pulls)")
     deltas.add_argument("--memory-limit", metavar="SIZE",
                         help="memory for all delta generation at once, e.g. 8G (default: half "
                              "of this machine's memory); bsdiff of a file needs ~17x its size")
@@ -107,7 +110,8 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
         raise InputError("command line", "--memory-limit", str(exc)) from None
     options = DeltaOptions(image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
-                           offline=not args.no_offline, memory_limit=limit, jobs=args.jobs)
+                           offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
+                           scratch=not args.no_scratch)
     for arch_ctx in per_arch(ctx):
         ref = ref_for_arch(ctx, arch_ctx, args.ref)
         report = generate_deltas(arch_ctx, replace(options, ref=ref))

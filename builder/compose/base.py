@@ -27,6 +27,7 @@ from builder.compose.rootfs import (
 )
 from builder.compose.selinux import Labelling, commit_label_args, tree_labelling
 from builder.context import Context
+from builder.core.children import temporary_gnupg_home, tool_tmpdir
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
@@ -87,11 +88,17 @@ def _pull_base(ctx: Context, build_repo: Repo, base: OstreeBase) -> BaseCommit:
             args = ["remote", "add", "--force"]
             args += ([f"--gpg-import={base.gpg_key}", "--set=gpg-verify=true"]
                      if base.gpg_key else ["--no-gpg-verify"])
-            ctx.runner.run(["ostree", f"--repo={build_repo.path}", *args, "base", base.location])
-            if not base.gpg_key:
-                ctx.progress.info("base commit is NOT signature-checked (ostree.base.gpg_key "
-                                  "is not set)")
-            ctx.runner.run(["ostree", f"--repo={build_repo.path}", "pull", "base", base.ref])
+            # ostree imports and verifies in GnuPG homes of its own under $TMPDIR: inside a
+            # recorded one, so the run's end finds any agent left there.
+            with temporary_gnupg_home("ostree-base-") as scratch:
+                env = tool_tmpdir(scratch)
+                ctx.runner.run(["ostree", f"--repo={build_repo.path}", *args, "base",
+                                base.location], env=env)
+                if not base.gpg_key:
+                    ctx.progress.info("base commit is NOT signature-checked "
+                                      "(ostree.base.gpg_key is not set)")
+                ctx.runner.run(["ostree", f"--repo={build_repo.path}", "pull", "base",
+                                base.ref], env=env)
             checksum = build_repo.rev_parse(f"base:{base.ref}") or ""
         build_repo.set_ref(f"base/{base.ref}", checksum)
         ctx.progress.info(f"base {base.ref} = {checksum[:12]}")
@@ -162,6 +169,17 @@ def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> Labelling:
     etc.mkdir(mode=0o755, exist_ok=True)
     if not (etc / "os-release").exists():
         os.symlink("../usr/lib/os-release", etc / "os-release")
+    integration_layout(tree)
+    var_to_tmpfiles(tree)
+    clean_rpmdb(tree)
+    etc_to_usr_etc(tree)
+    return labelling
+
+
+def integration_layout(tree: Path) -> None:
+    """The ostree integration directories and symlinks of an edge commit's root (/home,
+    /root, /opt, ... into /var; /ostree, /tmp into /sysroot), with the tmpfiles.d lines that
+    make their /var targets at boot."""
     for name in INTEGRATION_DIRS:
         (tree / name).mkdir(mode=0o755, exist_ok=True)
     for name, target in INTEGRATION_LINKS.items():
@@ -173,7 +191,3 @@ def build_sample_tree(ctx: Context, rpms: list[Path], tree: Path) -> Labelling:
     tmpfiles = tree / "usr/lib/tmpfiles.d"
     tmpfiles.mkdir(parents=True, exist_ok=True)
     (tmpfiles / "sample-ostree-integration.conf").write_text(INTEGRATION_TMPFILES)
-    var_to_tmpfiles(tree)
-    clean_rpmdb(tree)
-    etc_to_usr_etc(tree)
-    return labelling

@@ -65,6 +65,7 @@ class DeltaOptions:
     offline: bool = True
     memory_limit: int | None = None  # bytes for all paths at once; None: half the memory
     jobs: int | None = None          # paths at once; None: the machine's cores
+    scratch: bool = True             # also the delta from scratch (new devices, --empty)
 
 
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
@@ -92,12 +93,14 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
     out_dir.mkdir(parents=True, exist_ok=True)
     ceiling = options.memory_limit or default_ceiling()
     jobs = max(1, options.jobs or machine_cores())
+    sources: list[str | None] = [*previous, *([None] if options.scratch else [])]
+    scratch = " and from scratch" if options.scratch else ""
     with ctx.progress.step(f"static deltas to {ref} = {head[:12]} from "
-                           f"{len(previous)} previous commits and from scratch"):
+                           f"{len(previous)} previous commits{scratch}"):
         started = time.monotonic()
         new_files = repo.files(head)
         plans = [plan_path(source, repo.files(source) if source else [], new_files, ceiling)
-                 for source in [*previous, None]]
+                 for source in sources]
         ctx.progress.info(f"up to {jobs} paths at once, memory ceiling {human_bytes(ceiling)}")
         for plan in plans:
             if plan.memory_estimate > ceiling:

@@ -40,8 +40,8 @@ INSTALL_RULE = ("a normalized absolute path under /usr/bin/, /usr/sbin/, /usr/li
 REF_TEMPLATE = r"^(?:[\w{}][-._\w{}]*/)*[\w{}][-._\w{}]*$"
 BINARY = "/usr/bin/microshift"
 
-SamplePayload = Literal["microshift", "microshift-etcd", "microshift-cleanup-data",
-                        "microshift-sos-report"]
+SamplePayload = Literal["microshift", "microshift-never-ready", "microshift-etcd",
+                        "microshift-cleanup-data", "microshift-sos-report"]
 SAMPLE_PAYLOADS: tuple[str, ...] = get_args(SamplePayload)
 # The keys of builder.release.catalog, spelled out so that type checkers see them.
 ComponentKey = Literal["core", "networking-ovnk", "networking-bridge", "storage-topolvm",

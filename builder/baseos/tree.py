@@ -1,0 +1,107 @@
+"""A Debian root made into the tree of an edge base commit.
+
+What rpm-ostree's compose does for a RHEL for Edge commit, for the Debian tree mmdebstrap
+made: the kernel and its initramfs under /usr/lib/modules/KVER/ (where ostree looks for them;
+/boot stays empty), /etc stored as /usr/etc, /var empty (systemd-tmpfiles makes what it
+needs at boot), the ostree integration links, and the SAMPLE base's own files from
+baseos/overlay (a SAMPLE greenboot, the GRUB menu generator, DHCP). The SAMPLE stand-in
+RPMs the release depsolves against are recorded in an rpm database, without their files
+(`rpm --justdb`), so the compose installs only MicroShift's packages on top, as it does on a
+RHEL for Edge base whose rpm database lists the real ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+from builder.baseos.debian import OVERLAY
+from builder.compose.base import SAMPLE_DBPATH, integration_layout
+from builder.compose.rootfs import clean_rpmdb, etc_to_usr_etc, rpm_env
+from builder.core.errors import BuildError
+from builder.core.runner import Runner
+
+UNITS = Path("usr/lib/systemd/system")
+# Units enabled besides those of the overlay: DHCP on the wired network, and waiting for it
+# (network-online.target: MicroShift's components find the node IP on the default route).
+# ostree's staging path unit is enabled by Debian's postinst already.
+ENABLED = ("systemd-networkd.service", "systemd-networkd-wait-online.service")
+GREENBOOT_DIRS = ("check/required.d", "check/wanted.d", "green.d", "red.d")
+HOSTNAME = "microshift-sample\n"
+
+
+def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: int) -> str:
+    """Lay `tree` out as an edge base commit's tree; returns the kernel version."""
+    kver = kernel_layout(tree)
+    for name in ("dev", "proc", "sys", "run", "tmp", "var", "root", "usr/local"):
+        _empty(tree / name)
+    shutil.copytree(OVERLAY, tree, symlinks=True, dirs_exist_ok=True)
+    for sub in GREENBOOT_DIRS:
+        for top in ("usr/lib/greenboot", "etc/greenboot"):
+            (tree / top / sub).mkdir(parents=True, exist_ok=True)
+    for unit in (*ENABLED, *sorted(p.name for p in (OVERLAY / UNITS).iterdir())):
+        enable_unit(tree, unit)
+    # greenboot calls grub2-editenv, Debian names it grub-editenv.
+    os.symlink("grub-editenv", tree / "usr/bin/grub2-editenv")
+    (tree / "etc/hostname").write_text(HOSTNAME)
+    # Empty: systemd makes the machine's own id at first boot.
+    (tree / "etc/machine-id").write_text("")
+    integration_layout(tree)
+    record_standins(runner, tree, standins, epoch)
+    clean_rpmdb(tree)
+    etc_to_usr_etc(tree)
+    return kver
+
+
+def kernel_layout(tree: Path) -> str:
+    """Move the one kernel to /usr/lib/modules/KVER/vmlinuz, beside dracut's initramfs."""
+    kernels = sorted((tree / "boot").glob("vmlinuz-*"))
+    if len(kernels) != 1:
+        raise BuildError(f"the SAMPLE base has {len(kernels)} kernels in /boot, expected one "
+                         f"({', '.join(k.name for k in kernels) or 'none'})")
+    kver = kernels[0].name.removeprefix("vmlinuz-")
+    modules = tree / "usr/lib/modules" / kver
+    if not (modules / "initramfs.img").is_file():
+        raise BuildError(f"the SAMPLE base has no initramfs for {kver}: dracut did not run",
+                         hint="see mmdebstrap's output above (--debug)")
+    shutil.move(kernels[0], modules / "vmlinuz")
+    _empty(tree / "boot")
+    for link in tree.iterdir():
+        if link.is_symlink() and re.match(r"^(vmlinuz|initrd\.img)(\.old)?$", link.name):
+            link.unlink()
+    return kver
+
+
+def enable_unit(tree: Path, unit: str) -> None:
+    """What `systemctl enable` does for the unit's [Install] section, in /etc."""
+    path = tree / UNITS / unit
+    if not path.is_file():
+        raise BuildError(f"the SAMPLE base has no unit {unit} to enable")
+    for key, kind in (("WantedBy", "wants"), ("RequiredBy", "requires")):
+        for line in re.findall(rf"^{key}=(.+)$", path.read_text(), re.M):
+            for target in line.split():
+                link = tree / "etc/systemd/system" / f"{target}.{kind}" / unit
+                link.parent.mkdir(parents=True, exist_ok=True)
+                if not link.is_symlink():
+                    os.symlink(f"/{UNITS}/{unit}", link)
+
+
+def record_standins(runner: Runner, tree: Path, standins: list[Path], epoch: int) -> None:
+    """The SAMPLE stand-ins the release's lock names, in the rpm database only."""
+    (tree / SAMPLE_DBPATH.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    runner.run(["rpm", "--root", str(tree), "--dbpath", SAMPLE_DBPATH, "-i", "--justdb",
+                "--noscripts", "--notriggers", "--nosignature", "--ignorearch",
+                *map(str, standins)], env=rpm_env(epoch))
+
+
+def _empty(path: Path) -> None:
+    """Remove what is inside `path` (a directory of the tree), never following symlinks."""
+    if path.is_symlink() or not path.is_dir():
+        return
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()

@@ -1,0 +1,122 @@
+"""The disk's ostree sysroot, deployed into a directory the file systems are made from.
+
+As Anaconda's ostreesetup and Image Builder's edge-raw-image do it: an empty sysroot
+(`ostree admin init-fs`, `os-init`), the image's remote (gpg-verify=true with the release
+key in /etc/pki/ostree/REMOTE.gpg, as the kickstarts set it up), the commit pulled and
+deployed from REMOTE:REF so that updates follow that ref, /etc/fstab mounting the boot
+partition, and GRUB's environment block for greenboot's boot counter. The GRUB menu is
+written by the commit's own generator (OSTREE_GRUB2_EXEC), the one its ostree runs when it
+finalizes a staged update, so the menu the disk starts with is the one updates write.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.core.errors import BuildError
+from builder.core.ostree import Repo
+from builder.core.runner import Runner
+
+# The SAMPLE bootable base's GRUB menu generator (baseos/overlay): Debian's GRUB has no
+# blscfg, so the menu is written from ostree's boot loader entries.
+GENERATOR = "/usr/libexec/sample-base/grub2-mkconfig"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What goes on the disk: a commit of a ref, where updates come from, extra files."""
+
+    source: Path                   # the published repository holding the commit
+    ref: str
+    commit: str
+    remote: str = "edge"
+    remote_url: str = ""
+    gpg_key: Path | None = None    # the public key the remote verifies commits with
+    osname: str = "edge"
+    kargs: tuple[str, ...] = ("console=ttyS0,115200",)
+    # Files an admin or the factory puts in the deployment's /etc and in /var (path -> bytes).
+    etc_files: Mapping[str, bytes] = field(default_factory=dict)
+    var_files: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_uuid: str,
+                   root_uuid: str, work: Path) -> Path:
+    """Deploy into the empty directory `stage`; returns the deployment's directory."""
+    d = deployment
+    admin = ["ostree", "admin", f"--sysroot={stage}"]
+    runner.run([*admin, "init-fs", str(stage)])
+    runner.run([*admin, "os-init", d.osname])
+    repo = Repo(stage / "ostree/repo", runner)
+    runner.run(["ostree", f"--repo={repo.path}", "config", "set", "sysroot.bootloader", "grub2"])
+    _add_remote(runner, repo, d)
+    runner.run(["ostree", f"--repo={repo.path}", "pull-local", f"--remote={d.remote}",
+                str(d.source), d.commit])
+    repo.set_ref(f"{d.remote}:{d.ref}", d.commit)
+    _boot_dir(runner, stage)
+    generator = _generator(runner, d, work)
+    kargs = [f"--karg=root=UUID={root_uuid}", "--karg=rw", *(f"--karg={k}" for k in d.kargs)]
+    runner.run([*admin, "deploy", f"--os={d.osname}", *kargs, f"{d.remote}:{d.ref}"],
+               env={"OSTREE_GRUB2_EXEC": str(generator)})
+    deployed = stage / "ostree/deploy" / d.osname / "deploy" / f"{d.commit}.0"
+    if not deployed.is_dir():
+        raise BuildError(f"ostree admin deploy left no deployment {deployed.name}")
+    # ostree marks a deployment's root immutable against `rm -rf`; the file systems are made
+    # from this directory (mke2fs -d copies no inode flags) and it must be removable.
+    runner.run(["chattr", "-i", str(deployed)])
+    etc = {"fstab": f"UUID={boot_uuid} /boot ext4 defaults 0 2\n".encode(), **d.etc_files}
+    if d.gpg_key is not None:
+        etc[f"pki/ostree/{d.remote}.gpg"] = d.gpg_key.read_bytes()
+    _write_files(deployed / "etc", etc)
+    _write_files(stage / "ostree/deploy" / d.osname / "var", d.var_files)
+    return deployed
+
+
+def _add_remote(runner: Runner, repo: Repo, d: Deployment) -> None:
+    verify = (["--set=gpg-verify=true", f"--set=gpgkeypath=/etc/pki/ostree/{d.remote}.gpg"]
+              if d.gpg_key is not None else ["--no-gpg-verify"])
+    runner.run(["ostree", f"--repo={repo.path}", "remote", "add", *verify, d.remote,
+                d.remote_url or "file:///dev/null", d.ref])
+
+
+def _boot_dir(runner: Runner, stage: Path) -> None:
+    """/boot/grub2 holds grubenv and a grub.cfg that is ostree's current loader's; Debian's
+    tools look in /boot/grub, the same directory."""
+    grub2 = stage / "boot/grub2"
+    grub2.mkdir(parents=True)
+    os.symlink("grub2", stage / "boot/grub")
+    os.symlink("../loader/grub.cfg", grub2 / "grub.cfg")
+    runner.run(["grub-editenv", str(grub2 / "grubenv"), "create"])
+
+
+def _generator(runner: Runner, d: Deployment, work: Path) -> Path:
+    data = Repo(d.source, runner).cat(d.commit, GENERATOR)
+    if data is None:
+        raise BuildError(f"commit {d.commit[:12]} of {d.ref} has no {GENERATOR}: disk images "
+                         "are made of commits on the SAMPLE bootable base (their GRUB menu is "
+                         "written by it)",
+                         hint="compose the image onto `python -m builder bootable-base`'s "
+                              "commit (release.yaml ostree.base), or make a RHEL for Edge "
+                              "raw image with Image Builder (edge-raw-image)")
+    path = work / "grub2-mkconfig"
+    path.write_bytes(data)
+    path.chmod(0o755)
+    return path
+
+
+def _write_files(root: Path, files: Mapping[str, bytes]) -> None:
+    for name, data in files.items():
+        path = root / name.lstrip("/")
+        if path.is_symlink():
+            path.unlink()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+
+
+def move_boot(stage: Path, dest: Path) -> None:
+    """/boot's content becomes the boot partition's; the root keeps an empty mount point."""
+    shutil.move(str(stage / "boot"), dest)
+    (stage / "boot").mkdir(mode=0o755)

@@ -1,0 +1,195 @@
+"""One power-on of a virtual machine under QEMU, watched through its serial console.
+
+Each boot is its own QEMU process (`-no-reboot`: a guest reboot ends the process, and the
+next boot starts a fresh one; under TCG GRUB's disk reads are several times slower after an
+in-place reset). The guest's only network is QEMU's user network with `restrict=on`: it
+reaches nothing but the forwards given here, each a service on this machine's loopback,
+through `guestfwd` (a relay process per connection, builder.vm.relay). QEMU dies with the
+process that started it (setpriv --pdeathsig), so a killed scenario leaves no VM behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.core.errors import BuildError, MissingToolError
+from builder.core.runner import find_tool
+
+QEMU = "qemu-system-x86_64"
+
+
+@dataclass(frozen=True)
+class Forward:
+    """Guest TCP address GUEST_IP:GUEST_PORT reaches 127.0.0.1:HOST_PORT on this machine."""
+
+    guest_ip: str
+    guest_port: int
+    host_port: int
+
+    def option(self) -> str:
+        relay = f"{sys.executable} -m builder.vm.relay 127.0.0.1 {self.host_port}"
+        if "," in relay:
+            raise BuildError(f"the relay command {relay!r} has a comma, which QEMU's option "
+                             "syntax cannot carry")
+        return f"guestfwd=tcp:{self.guest_ip}:{self.guest_port}-cmd:{relay}"
+
+
+@dataclass(frozen=True)
+class Machine:
+    disk: Path
+    accel: str = "tcg"                 # kvm or tcg
+    memory_mib: int = 1024
+    cpus: int = 2
+    forwards: tuple[Forward, ...] = ()
+    snapshot: bool = False             # writes go to a temporary overlay, not the disk
+
+    def argv(self, serial: Path, qmp: Path) -> list[str]:
+        qemu = find_tool(QEMU)
+        if qemu is None:
+            raise MissingToolError(QEMU)
+        netdev = ",".join(["user", "id=net0", "restrict=on",
+                           *(forward.option() for forward in self.forwards)])
+        return [qemu, "-machine", f"pc,accel={self.accel}", "-m", str(self.memory_mib),
+                "-smp", str(self.cpus), "-nodefaults", "-display", "none", "-no-reboot",
+                "-drive", f"file={self.disk},format=raw,if=virtio,cache=unsafe"
+                + (",snapshot=on" if self.snapshot else ""),
+                "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0",
+                "-chardev", f"file,id=serial0,path={serial}", "-serial", "chardev:serial0",
+                "-qmp", f"unix:{qmp},server=on,wait=off", "-rtc", "base=utc"]
+
+
+@dataclass
+class PowerOn:
+    """A running boot: its process, serial log and QMP socket."""
+
+    process: subprocess.Popen[bytes]
+    serial: Path
+    qmp: Path
+    started: float = field(default_factory=time.monotonic)
+    _offset: int = 0
+    _partial: str = ""
+
+    def lines(self) -> list[str]:
+        """Serial lines written since the last call (ANSI escapes and CRs removed)."""
+        try:
+            with self.serial.open("rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(data)
+        text = self._partial + data.decode(errors="replace")
+        *whole, self._partial = text.split("\n")
+        return [_clean(line) for line in whole]
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def command(self, name: str) -> None:
+        """A QMP command (system_powerdown, quit); a VM that is gone already is fine."""
+        with contextlib.suppress(OSError), \
+                socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(str(self.qmp))
+            stream = sock.makefile("rw")
+            stream.readline()  # the greeting
+            for request in ("qmp_capabilities", name):
+                stream.write(json.dumps({"execute": request}) + "\n")
+                stream.flush()
+                stream.readline()
+
+    def stop(self, grace: float = 60.0) -> None:
+        """ACPI power-off, then quit, then kill: the guest gets `grace` seconds to shut down
+        (systemd unmounts its file systems), then QEMU is made to stop."""
+        if self.running():
+            self.command("system_powerdown")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(grace)
+        if self.running():
+            self.command("quit")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(10)
+        if self.running():
+            self.process.kill()
+            self.process.wait()
+
+
+@contextlib.contextmanager
+def power_on(machine: Machine, serial: Path, qmp: Path) -> Iterator[PowerOn]:
+    """Start QEMU; on leaving, whatever happened, it is stopped (killed if it must be)."""
+    serial.unlink(missing_ok=True)
+    qmp.unlink(missing_ok=True)
+    # setpriv sets the parent-death signal and execs QEMU: it outlives no killed scenario.
+    argv = ["setpriv", "--pdeathsig", "SIGKILL", "--", *machine.argv(serial, qmp)]
+    process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, start_new_session=True)
+    boot = PowerOn(process, serial, qmp)
+    try:
+        yield boot
+    finally:
+        if boot.running():
+            boot.process.kill()
+        boot.process.wait()
+        # The relays of guestfwd are QEMU's children: their connections are closed now.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        qmp.unlink(missing_ok=True)
+
+
+def _clean(line: str) -> str:
+    out, index = [], 0
+    while index < len(line):
+        char = line[index]
+        if char == "\x1b":
+            index += 1
+            if index < len(line) and line[index] == "[":
+                index += 1
+                while index < len(line) and not line[index].isalpha():
+                    index += 1
+            index += 1
+            continue
+        if char not in "\r\x00":
+            out.append(char)
+        index += 1
+    return "".join(out)
+
+
+def probe_accel(disk: Path, seconds: float, wanted: str) -> tuple[str, str]:
+    """The accelerator to boot with and why: KVM when /dev/kvm is usable and a KVM boot
+    reaches GRUB's menu within `seconds`, else TCG (software emulation)."""
+    if wanted == "tcg":
+        return "tcg", "asked for"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        if wanted == "kvm":
+            raise BuildError("--accel kvm: /dev/kvm is not usable here")
+        return "tcg", "no usable /dev/kvm"
+    work = disk.parent
+    probe = Machine(disk, accel="kvm", snapshot=True)
+    serial, qmp = work / "kvm-probe.serial", work / "kvm-probe.qmp"
+    with power_on(probe, serial, qmp) as boot:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and boot.running():
+            if any(line.startswith("grub: entry") for line in boot.lines()):
+                return "kvm", f"a KVM boot reached GRUB in {boot.seconds():.1f}s"
+            time.sleep(0.2)
+        error = "" if boot.running() else (boot.process.stderr.read().decode(errors="replace")
+                                           if boot.process.stderr else "")
+    serial.unlink(missing_ok=True)
+    if wanted == "kvm":
+        raise BuildError(f"--accel kvm: a KVM boot did not reach GRUB in {seconds:g}s "
+                         f"{error.strip()[:200]}")
+    return "tcg", f"KVM did not reach GRUB within {seconds:g}s"
+
