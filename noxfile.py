@@ -67,6 +67,20 @@ def realscale(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def vm(session: nox.Session) -> None:
+    """The VM tier (issue 31): the pipeline's own disk image boots under QEMU (KVM where it
+    works, TCG otherwise) and updates itself; every scenario's (commit, verdict, boot_counter)
+    sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
+    lte-update (~25 min under TCG on 2 cores); `nox -s vm -- bad-update` one (CI)."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    selected = " or ".join(session.posargs) if session.posargs else ""
+    session.run("python", "-m", "pytest", "tests/vm/test_vm_scenarios.py", "-q", "-rs",
+                *(["-k", selected] if selected else []),
+                env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_VM": "1"})
+
+
+@nox.session(python=PYTHON)
 def fuzz(session: nox.Session) -> None:
     """The property-based tests (issue 15) with the long hypothesis profile: at least 10,000
     examples per input (`-- N` sets another count; CI runs a bounded one)."""

@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "builder.commands.compose",
     "builder.commands.kickstart",
     "builder.commands.installer",
+    "builder.commands.disk",
     "builder.commands.device",
     "builder.commands.components",
     "builder.commands.publishing",

@@ -25,6 +25,10 @@ from tests.support.ostree import ComposedPair, compose_pair
 # The real-scale tier composes real releases for ~25-45 minutes: collected only in its own
 # session (`nox -s realscale` sets MSEB_REALSCALE=1), never skipped test by test.
 collect_ignore = [] if os.environ.get("MSEB_REALSCALE") == "1" else ["realscale"]
+# The VM tier boots the pipeline's disk images under QEMU (minutes per scenario under TCG):
+# collected only by `nox -s vm` (MSEB_VM=1).
+if os.environ.get("MSEB_VM") != "1":
+    collect_ignore.append("vm/test_vm_scenarios.py")
 
 
 @pytest.hookimpl(hookwrapper=True)

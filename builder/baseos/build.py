@@ -64,6 +64,8 @@ def ensure_bootable_base(ctx: Context, mirror: str | None = None) -> BootableBas
         "debian": source.identity(), "overlay": tree_digest(OVERLAY),
         "standins": {rpm.name: file_digest(rpm) for rpm in standins},
         "epoch": ctx.release.source_date_epoch, "layout": LAYOUT,
+        # How the tree is laid out is this package's code: a change to it is a new base.
+        "code": {p.name: file_digest(p) for p in sorted(Path(__file__).parent.glob("*.py"))},
     })).hexdigest()
     repo, ref = base_repo(ctx), REF.format(arch=arch)
     existing = repo.rev_parse(ref) if repo.exists() else None

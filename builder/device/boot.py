@@ -97,6 +97,7 @@ class BootReport:
     reboot: bool             # redboot-auto-reboot reboots the device
     grubenv: dict[str, str]  # after the boot
     ovn_cleanup: bool = False  # red.d ran microshift-cleanup-data --ovn
+    boot_counter: int | None = None  # GRUB's counter as it booted (after its decrement)
 
     def summary(self) -> str:
         verdict = "healthy (GREEN)" if self.healthy else "unhealthy (RED)"
@@ -112,6 +113,7 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
         raise BuildError(f"device {device.sysroot} has no deployment to boot",
                          hint="run `device install` first")
     entry = grub_select(device.grubenv)
+    counter = device.grubenv.counter()
     if entry >= len(entries):
         entry = 0  # grub's default=1 with a single entry boots the only one
     deployment = entries[entry]
@@ -142,7 +144,7 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
         cleanup = any("microshift-cleanup-data --ovn" in text for text in output)
         reboot = redboot_decision(device, len(device.deployments()))
     report = BootReport(deployment, entry, rolled_back, healthy, reboot, device.grubenv.read(),
-                        ovn_cleanup=cleanup)
+                        ovn_cleanup=cleanup, boot_counter=counter)
     progress.info(report.summary())
     return report
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.errors import BuildError
-from builder.core.runner import Runner
+from builder.core.runner import Runner, find_tool
 
 PLATFORM_DIR = Path("/usr/lib/grub/i386-pc")
 # What the generated grub.cfg uses: the boot partition's ext4, the environment block for
@@ -31,8 +31,11 @@ def make_core_image(runner: Runner, out: Path, prefix: str) -> bytes:
     """grub-mkimage's i386-pc core image with MODULES and `prefix` (e.g. (hd0,msdos1)/grub2)."""
     if not (PLATFORM_DIR / "boot.img").is_file():
         raise BuildError(f"GRUB's i386-pc modules are not installed ({PLATFORM_DIR})",
-                         hint="install grub-pc-bin (ci/install-host-tools.sh does)")
-    runner.run(["grub-mkimage", "--format=i386-pc", f"--directory={PLATFORM_DIR}",
+                         hint="install grub-pc-bin, or grub2-pc-modules on Fedora "
+                              "(ci/install-host-tools.sh does)")
+    # Debian names it grub-mkimage, Fedora grub2-mkimage.
+    tool = find_tool("grub-mkimage") or find_tool("grub2-mkimage") or "grub-mkimage"
+    runner.run([tool, "--format=i386-pc", f"--directory={PLATFORM_DIR}",
                 f"--prefix={prefix}", f"--output={out}", *MODULES])
     return out.read_bytes()
 

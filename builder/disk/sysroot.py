@@ -19,7 +19,7 @@ from pathlib import Path
 
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
-from builder.core.runner import Runner
+from builder.core.runner import Runner, find_tool
 
 # The SAMPLE bootable base's GRUB menu generator (baseos/overlay): Debian's GRUB has no
 # blscfg, so the menu is written from ostree's boot loader entries.
@@ -89,7 +89,8 @@ def _boot_dir(runner: Runner, stage: Path) -> None:
     grub2.mkdir(parents=True)
     os.symlink("grub2", stage / "boot/grub")
     os.symlink("../loader/grub.cfg", grub2 / "grub.cfg")
-    runner.run(["grub-editenv", str(grub2 / "grubenv"), "create"])
+    editenv = find_tool("grub-editenv") or find_tool("grub2-editenv") or "grub-editenv"
+    runner.run([editenv, str(grub2 / "grubenv"), "create"])
 
 
 def _generator(runner: Runner, d: Deployment, work: Path) -> Path:

@@ -23,7 +23,7 @@ SCRIPT = ROOT / "ci" / "install-host-tools.sh"
 
 # What a minimal system (Debian minbase, Fedora's container base) has, plus git and python3,
 # which the README asks for, and the Python tools pip installs into the project's venv.
-BASE = {"bash", "sh", "cp", "true", "mount", "umount", "fallocate", "python3", "git",
+BASE = {"bash", "sh", "cp", "dd", "true", "mount", "umount", "fallocate", "python3", "git",
         "systemctl", "check-jsonschema"}
 # Names tests run on purpose to see a missing tool reported.
 ABSENT_ON_PURPOSE = re.compile(r"^(msb-)?no-such-tool")

@@ -1,0 +1,61 @@
+"""`disk`: a raw and qcow2 disk image of an image's commit (Image Builder's edge-raw-image)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from builder.commands.options import add_build_dir
+from builder.context import Context
+from builder.core.errors import InputError
+
+
+def register(sub: Any) -> None:
+    disk = sub.add_parser(
+        "disk", help="a bootable disk image (BUILD_DIR/disk/NAME.ARCH.raw and .qcow2) of an "
+                     "image's commit on the SAMPLE bootable base (needs root)")
+    add_build_dir(disk)
+    disk.add_argument("--image", required=True, metavar="NAME",
+                      help="the image whose ref's head is deployed")
+    disk.add_argument("--url", metavar="URL",
+                      help="the ostree repo the device pulls updates from (http[s]://...; "
+                           "default: none, set the remote later)")
+    disk.add_argument("--gpg-key", type=Path, metavar="FILE",
+                      help="ASCII-armored public key the commits are signed with (default: "
+                           "the build's SAMPLE key when it signed them)")
+    disk.add_argument("--no-qcow2", action="store_true", help="only the raw image")
+    disk.set_defaults(func=cmd_disk)
+
+
+def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.compose.commit import image_ref
+    from builder.core.ostree import Repo
+    from builder.core.signing import SAMPLE_PUBLIC_KEY
+    from builder.disk.image import build_disk
+    from builder.disk.sysroot import Deployment
+
+    if args.url is not None and not args.url.startswith(("http://", "https://")):
+        raise InputError("--url", "", f"{args.url!r} is not an http(s) URL")
+    if args.gpg_key is not None and not args.gpg_key.is_file():
+        raise InputError("--gpg-key", "", f"{args.gpg_key} does not exist")
+    for arch in ctx.release.architectures:
+        run = ctx.for_arch(arch)
+        repo = Repo(run.path("ostree", "repo"), run.runner)
+        ref = image_ref(run, args.image)
+        commit = repo.rev_parse(ref) if repo.exists() else None
+        if commit is None:
+            raise InputError("--image", "", f"{repo.path} has no commit of {args.image} "
+                             f"({ref})", hint="compose the image first")
+        sample_key = run.path("gpg", SAMPLE_PUBLIC_KEY)
+        key = args.gpg_key or (sample_key if sample_key.is_file() else None)
+        deployment = Deployment(repo.path, ref, commit, remote_url=args.url or "",
+                                gpg_key=key)
+        with run.progress.step(f"disk image of {args.image} ({arch}) = {commit[:12]}"):
+            image = build_disk(run.runner, deployment, run.path("disk"), f"{args.image}.{arch}",
+                               epoch=run.release.source_date_epoch, qcow2=not args.no_qcow2)
+            state = "written" if image.built else "unchanged"
+            for path in (image.raw, image.qcow2, image.manifest):
+                if path is not None:
+                    run.progress.info(f"{state}: {path} ({path.stat().st_size} bytes)")
+    return 0

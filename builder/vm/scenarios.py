@@ -1,0 +1,215 @@
+"""Update scenarios on a VM that boots the pipeline's own disk image.
+
+Every scenario: the SAMPLE bootable base; v1 and v2 composed onto it by the pipeline (v2 bad
+in bad-update); a disk image of v1 whose remote is the build's published layout, served on
+this machine's loopback and reached by the guest through QEMU's restricted user network;
+the admin's settings in v1's /etc (greenboot's short wait, the updater's schedule, reboot
+and, for lte-update, its bandwidth cap); a marker in MicroShift's data. Then the VM boots
+until it settles: v1's own microshift-update stages v2 through `ostree admin deploy
+--stage`, ostree-finalize-staged writes the menu at shutdown, GRUB counts the boots and
+greenboot judges them under systemd. The outcome is read from the console and the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.baseos.build import ensure_bootable_base
+from builder.context import Context
+from builder.core.errors import BuildError
+from builder.device.repo_server import RepoServer
+from builder.disk.image import build_disk
+from builder.disk.sysroot import Deployment
+from builder.rpm.sample_base import build_sample_base
+from builder.vm.boots import BootRecord, watch
+from builder.vm.disk_state import DiskState
+from builder.vm.qemu import Forward, Machine, power_on, probe_accel
+from builder.vm.releases import IMAGE, BuiltPair, build_pair, write_release_files
+
+GUEST_SERVER = ("10.0.2.100", 80)   # the published layout, as the guest sees it
+MARKER = "lib/microshift/marker"
+MARKER_TEXT = "written on v1 before the upgrade\n"
+MAX_BOOTS = 8
+
+
+@dataclass(frozen=True)
+class VmScenario:
+    name: str
+    description: str
+    bad_v2: bool = False
+    cuts: int = 0          # the server drops the delta file's transfer this many times
+    cap: int = 0           # update.yaml max_bytes_per_second (0: none)
+
+
+VM_SCENARIOS = {s.name: s for s in (
+    VmScenario("good-update", "v1 -> v2, v2 is healthy: v2 stays"),
+    VmScenario("bad-update", "v2's MicroShift API never becomes ready: GRUB counts down the "
+               "boots, back to v1 with its data", bad_v2=True),
+    VmScenario("lte-update", "the updater's bandwidth cap and a link cut 3 times in the delta "
+               "file: each cut resumes, v2 is staged and boots", cuts=3, cap=32 * 1024),
+)}
+
+
+@dataclass(frozen=True)
+class VmOptions:
+    work: Path
+    accel: str = "auto"          # auto, kvm or tcg
+    wait_timeout: int = 15       # MICROSHIFT_WAIT_TIMEOUT_SEC in the guest
+    max_boot_attempts: int = 3
+    time_limit: float = 900.0    # seconds for all boots of the scenario
+    mirror: str | None = None
+
+
+@dataclass(frozen=True)
+class FinalState:
+    """The disk after the last boot."""
+
+    deployments: list[str] = field(default_factory=list)
+    grubenv: dict[str, str] = field(default_factory=dict)
+    data_version: str | None = None
+    marker: str | None = None
+
+
+@dataclass
+class VmOutcome:
+    scenario: str
+    accel: str = ""
+    accel_reason: str = ""
+    pair: BuiltPair | None = None
+    boots: list[BootRecord] = field(default_factory=list)
+    checks: list[tuple[str, bool]] = field(default_factory=list)
+    final: FinalState = field(default_factory=FinalState)
+    served: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def expect(self, what: str, ok: bool) -> None:
+        self.checks.append((what, ok))
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(ok for _, ok in self.checks)
+
+
+def prepare(ctx: Context, scenario: VmScenario, options: VmOptions) -> BuiltPair:
+    """The bootable base (DIR/baseos, shared), then v1 and v2 in WORK/build."""
+    build_sample_base(ctx)
+    base = ensure_bootable_base(ctx, options.mirror)
+    releases = write_release_files(ctx, base, options.work / "releases", scenario.bad_v2)
+    return build_pair(ctx, options.work / "build", releases)
+
+
+def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]:
+    """What the admin sets in v1's /etc (kept by ostree's /etc merge on v2)."""
+    update = {"reboot": True, "retry_delay_seconds": 1, "timeout_seconds": 20,
+              "max_bytes_per_second": scenario.cap}
+    return {
+        "greenboot/greenboot.conf": (
+            f"GREENBOOT_MAX_BOOT_ATTEMPTS={options.max_boot_attempts}\n"
+            f"MICROSHIFT_WAIT_TIMEOUT_SEC={options.wait_timeout}\n"
+            "GREENBOOT_WATCHDOG_CHECK_ENABLED=false\n").encode(),
+        "microshift/update.yaml": "".join(
+            f"{k}: {json.dumps(v)}\n" for k, v in update.items()).encode(),
+        # Look for updates right after greenboot's verdict, not 15 minutes after boot.
+        "systemd/system/microshift-update.timer.d/10-scenario.conf":
+            b"[Timer]\nOnBootSec=\nOnBootSec=1s\nRandomizedDelaySec=0\n",
+        # QEMU's restricted user network leases an address but no router; a device's LAN
+        # gives one, and MicroShift takes the node IP from the default route.
+        "systemd/network/80-sample-wired.network.d/10-router.conf":
+            b"[Route]\nGateway=10.0.2.2\n",
+        # The updater's log on the console too, where the scenario reads it.
+        "systemd/system/microshift-update.service.d/10-console.conf":
+            b"[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n",
+    }
+
+
+def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmOutcome:
+    outcome = VmOutcome(scenario.name)
+    started = time.monotonic()
+    with ctx.progress.step(f"{scenario.name}: v1 and v2 on the SAMPLE bootable base"):
+        pair = outcome.pair = prepare(ctx, scenario, options)
+    outcome.seconds["build"] = time.monotonic() - started
+    run = options.work / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    run.mkdir(parents=True)
+    with ctx.progress.step(f"{scenario.name}: disk image of v1"):
+        disk = _disk(ctx, pair, scenario, options, run)
+    outcome.accel, outcome.accel_reason = probe_accel(disk, 20.0, options.accel)
+    ctx.progress.info(f"accelerator: {outcome.accel} ({outcome.accel_reason})")
+    server = RepoServer(pair.build_dir / "ostree/repo", updates=pair.build_dir / "deltas")
+    with server:
+        if scenario.cuts:
+            server.cut_delta_at(_cut_offsets(pair, scenario.cuts))
+        machine = Machine(disk, accel=outcome.accel, forwards=(
+            Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),))
+        with ctx.progress.step(f"{scenario.name}: boot until greenboot settles"):
+            _boot_until_settled(ctx, machine, run, options, outcome)
+        stats = server.stats
+        outcome.served = {"requests": stats.requests, "body_bytes": stats.body_bytes,
+                          "cut_transfers": stats.cut_transfers,
+                          "duplicate_delta_bytes": stats.duplicate_delta_bytes()}
+    outcome.seconds["boots"] = sum(b.seconds for b in outcome.boots)
+    outcome.seconds["total"] = time.monotonic() - started
+    _final_state(ctx, disk, outcome)
+    return outcome
+
+
+def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOptions,
+          run: Path) -> Path:
+    deployment = Deployment(
+        pair.build_dir / "ostree/repo", pair.ref, pair.v1,
+        remote_url=f"http://{GUEST_SERVER[0]}/repo/", gpg_key=pair.public_key,
+        etc_files=guest_settings(scenario, options),
+        var_files={MARKER: MARKER_TEXT.encode()})
+    image = build_disk(ctx.runner, deployment, options.work / "disk",
+                       f"{IMAGE}.{ctx.target_arch}", epoch=ctx.release.source_date_epoch,
+                       qcow2=False)
+    state = "built" if image.built else "unchanged, reused"
+    ctx.progress.info(f"disk image {image.raw} ({image.size // (1 << 20)} MiB, {state})")
+    disk = run / "disk.raw"
+    ctx.runner.run(["cp", "--sparse=always", str(image.raw), str(disk)])
+    return disk
+
+
+def _cut_offsets(pair: BuiltPair, cuts: int) -> list[int]:
+    index = json.loads((pair.build_dir / "deltas" / pair.ref / "index.json").read_text())
+    size = next(f["size"] for f in index["files"] if f.get("from_commit") == pair.v1)
+    chooser = random.Random(cuts)
+    return sorted(chooser.sample(range(1, max(2, size - 1)), min(cuts, max(1, size - 2))))
+
+
+def _boot_until_settled(ctx: Context, machine: Machine, run: Path, options: VmOptions,
+                        outcome: VmOutcome) -> None:
+    deadline = time.monotonic() + options.time_limit
+    state = DiskState(machine.disk, ctx.runner)
+    for number in range(1, MAX_BOOTS + 1):
+        record = BootRecord(number, serial_log=str(run / f"boot-{number}.serial"))
+        with power_on(machine, Path(record.serial_log), run / "qmp.sock") as boot:
+            watch(boot, record, deadline)
+        record.grubenv_after = state.grubenv()
+        outcome.boots.append(record)
+        ctx.progress.info(
+            f"boot {number}: GRUB entry {record.entry}, boot_counter {record.boot_counter}, "
+            f"{(record.commit or '?')[:12]} ({record.version}), greenboot "
+            f"{(record.verdict or 'no verdict').upper()}, {record.ended} after "
+            f"{record.seconds:.0f}s")
+        if record.ended == "time limit":
+            raise BuildError(
+                f"{outcome.scenario}: did not settle within {options.time_limit:.0f}s; boot "
+                f"{number} stopped at:\n    " + "\n    ".join(record.last_lines[-8:]),
+                hint=f"the whole console is in {record.serial_log}")
+        if record.ended == "settled":
+            return
+    raise BuildError(f"{outcome.scenario}: the VM was still rebooting after {MAX_BOOTS} boots")
+
+
+def _final_state(ctx: Context, disk: Path, outcome: VmOutcome) -> None:
+    state = DiskState(disk, ctx.runner)
+    outcome.final = FinalState(
+        deployments=state.deployments(), grubenv=state.grubenv(),
+        data_version=(state.var_file("lib/microshift/version") or "").strip() or None,
+        marker=state.var_file(MARKER))

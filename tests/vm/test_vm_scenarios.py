@@ -1,0 +1,117 @@
+"""The VM tier: the pipeline's own disk image boots under QEMU and updates itself, and the
+simulated sysroot (builder/device/) must repeat what real GRUB, systemd and greenboot did.
+
+Collected only by `nox -s vm` (MSEB_VM=1): each scenario builds two releases on the SAMPLE
+bootable base and boots a VM 2 to 5 times (minutes under TCG). CI runs bad-update.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support import requires
+from tests.support.cli import PROJECT_ROOT, RELEASE
+
+pytestmark = [pytest.mark.integration,
+              requires.root_only("the bootable base, the compose and the disk image")]
+SCENARIOS = ("bad-update", "good-update", "lte-update")
+
+
+@pytest.fixture(scope="module")
+def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One build directory for the module: the bootable base is built once."""
+    return tmp_path_factory.mktemp("vm-tier")
+
+
+def builder(*args: str | Path, timeout: float = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder", "--release", str(RELEASE),
+                           *map(str, args)], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) -> list[tuple]:
+    """The simulated sysroot, run on the same two commits the VM booted."""
+    work = build_dir / "vm" / scenario
+    out = work / "model.json"
+    proc = builder("device", "simulate", "--scenario", scenario, "--build-dir",
+                   work / "build", "--release", work / "releases/v2.yaml",
+                   "--work-dir", work / "model", "--report-json", out, timeout=900)
+    assert out.is_file(), proc.stderr[-3000:]
+    model = json.loads(out.read_text())
+    assert model["first_boot"]["commit"] == report["v1"]
+    return [(b["commit"], b["verdict"], b["boot_counter"])
+            for b in [model["first_boot"], *model["boots"]]]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path,
+                                                             scenario: str) -> None:
+    report_file = build_dir / f"{scenario}.json"
+    proc = builder("device", "simulate", "--vm", "--scenario", scenario,
+                   "--build-dir", build_dir, "--report-json", report_file)
+    assert report_file.is_file(), proc.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    assert proc.returncode == 0 and failed == [], (failed, proc.stderr[-4000:])
+    boots = report["boots"]
+    assert report["accel"] in ("kvm", "tcg") and report["final_commit"] == boots[-1]["commit"]
+    assert all(Path(b["serial_log"]).is_file() and b["seconds"] > 0 for b in boots)
+    if scenario == "bad-update":
+        assert [(b["verdict"], b["boot_counter"]) for b in boots] == \
+            [("green", None), ("red", 2), ("red", 1), ("red", 0), ("green", -1)]
+        assert report["final_commit"] == report["v1"]
+        assert report["final"]["deployments"] == [report["v1"]]
+        assert report["final"]["data_version"] == "4.14.2"  # v1's data, restored
+    else:
+        assert report["final_commit"] == report["v2"]
+        assert report["final"]["data_version"] == "4.14.3"
+    vm = [(b["commit"], b["verdict"], b["boot_counter"]) for b in boots]
+    assert model_sequence(build_dir, scenario, report) == vm
+
+
+def qemu_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and (b"qemu-system" in cmdline
+                                               or b"builder.vm.relay" in cmdline):
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_vm_scenario_leaves_no_qemu_loop_device_or_mount(build_dir: Path) -> None:
+    loops_before = subprocess.run(["losetup", "--list", "--noheadings"], capture_output=True,
+                                  text=True, check=True).stdout
+    work = build_dir / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "builder", "--release", str(RELEASE), "device", "simulate",
+         "--vm", "--scenario", "good-update", "--build-dir", str(build_dir),
+         "--work-dir", str(work)], cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 900
+        serial = work / "run" / "boot-1.serial"
+        while not (serial.is_file() and serial.stat().st_size > 0):
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(1)
+        assert qemu_processes(str(work)), "the VM was not running"
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    time.sleep(5)
+    assert qemu_processes(str(work)) == []
+    assert subprocess.run(["losetup", "--list", "--noheadings"], capture_output=True,
+                          text=True, check=True).stdout == loops_before
+    assert str(build_dir) not in Path("/proc/mounts").read_text()
