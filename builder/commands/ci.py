@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_import_key(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.core.children import make_gnupg_home
     from builder.core.signing import import_secret_key
 
     secret = os.environ.get(args.from_env, "")
@@ -55,8 +55,9 @@ def cmd_import_key(ctx: Context, args: argparse.Namespace) -> int:
                           "signs with its throwaway key, others are not signed")
         return 0
     data = _key_bytes(secret, args.from_env)
-    homedir = args.homedir or Path(tempfile.mkdtemp(
-        prefix="release-gnupg-", dir=os.environ.get("RUNNER_TEMP") or None))
+    runner_temp = os.environ.get("RUNNER_TEMP")
+    homedir = args.homedir or make_gnupg_home(
+        "release-gnupg-", dir=Path(runner_temp) if runner_temp else None)
     fingerprint = import_secret_key(ctx.runner, homedir.resolve(), data)
     with args.env_file.open("a") as env:
         env.write(f"RELEASE_GNUPGHOME={homedir.resolve()}\nRELEASE_KEY_ID={fingerprint}\n")

@@ -5,15 +5,24 @@ running; it detaches, so it is no longer our child and ends with no process grou
 Stages stop the agents they know of when they succeed, but a failed run (a full disk, a
 bad key) stops halfway, and CI runners collect the leftovers, which also keep a build
 directory on a mount busy. So at the end of every run, successful or not, every agent whose
-home is in the build directory, in a GnuPG home the run was given, or in a temporary home
-that is already gone and that started after the run began, is stopped.
+home is one of the build directory's, one the run made, or one the run was given (and the
+agent started during the run) is stopped. Agents are found by their home's path, never by
+owner or start time alone: another run of the builder on the same host (another user's, or
+the same user's) has agents whose temporary homes are gone too, and they are not ours.
+
+Every temporary GnuPG home the builder makes is made by `make_gnupg_home` (or
+`temporary_gnupg_home`), which records its real path; a tool that makes its own temporary
+home (ostree verifying a signature makes one under $TMPDIR) is run with TMPDIR set to such
+a recorded home, so its agent is inside a recorded path as well, even once it is deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -23,6 +32,40 @@ from builder.core.errors import MissingToolError
 from builder.core.runner import Runner
 
 PROC = Path("/proc")
+
+# The real paths of the temporary GnuPG homes this process made (make_gnupg_home): unique
+# (mkdtemp), so an agent whose home is inside one is ours, whether or not it still exists.
+_MADE_HOMES: set[Path] = set()
+
+
+def make_gnupg_home(prefix: str, *, dir: Path | None = None) -> Path:
+    """A new, empty GnuPG home (mode 0700) in `dir` (default: the temporary directory),
+    recorded so that the run's end stops any agent left in it; the caller deletes it."""
+    home = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
+    _MADE_HOMES.add(Path(os.path.realpath(home)))
+    home.chmod(0o700)
+    return home
+
+
+@contextlib.contextmanager
+def temporary_gnupg_home(prefix: str) -> Iterator[Path]:
+    """`make_gnupg_home`, deleted on exit. Run a tool that makes its own temporary GnuPG
+    home with `tool_tmpdir(home)` in its environment, so that home is recorded too."""
+    home = make_gnupg_home(prefix)
+    try:
+        yield home
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def tool_tmpdir(home: Path) -> dict[str, str]:
+    """The environment for a tool that makes its own temporary GnuPG home under $TMPDIR
+    (libostree, verifying a signature): inside `home`, a recorded one."""
+    return {"TMPDIR": str(home)}
+
+
+def made_gnupg_homes() -> frozenset[Path]:
+    return frozenset(_MADE_HOMES)
 
 
 @dataclass(frozen=True)
@@ -76,19 +119,21 @@ def stop_gpg_agents(runner: Runner, build_dir: Path | None, given_homes: Iterabl
     """Stop the agents this run left (see the module docstring); returns them.
 
     The build directory's GnuPG homes are its direct children (DIR/gpg, DIR/.gpg-*): a build
-    directory nested inside it (a benchmark's, under build/bench/) is another run's. A GnuPG
-    home the user gave (--gpg-homedir) may be their own, with an agent they were using
-    before the run: only an agent started during the run is stopped there.
+    directory nested inside it (a benchmark's, under build/bench/) is another run's. A home
+    this process made (make_gnupg_home) is ours, gone or not. A GnuPG home the user gave
+    (--gpg-homedir) may be their own, with an agent they were using before the run: only an
+    agent started during the run is stopped there.
     """
-    build = Path(os.path.abspath(build_dir)) if build_dir is not None else None
-    homes = [Path(os.path.abspath(home)) for home in given_homes]
+    build = Path(os.path.realpath(build_dir)) if build_dir is not None else None
+    homes = [Path(os.path.realpath(home)) for home in given_homes]
+    made = made_gnupg_homes()
     stopped = []
     for agent in gpg_agents():
         during_run = agent.started >= run_started - 1  # start times have 1/100 s ticks
         # A deep home is handed to gpg through a short symlink (signing.gnupg_home).
         home = Path(os.path.realpath(agent.homedir))
-        ours = home.parent == build or (during_run and (
-            _inside(home, homes) or not agent.homedir.exists()))
+        ours = (home.parent == build or _inside(home, made)
+                or (during_run and _inside(home, homes)))
         if not ours:
             continue
         if agent.homedir.is_dir():
@@ -97,6 +142,7 @@ def stop_gpg_agents(runner: Runner, build_dir: Path | None, given_homes: Iterabl
                            check=False)
         _terminate(agent.pid)
         stopped.append(agent)
+    _MADE_HOMES.difference_update(home for home in made if not home.exists())  # nothing left
     return stopped
 
 

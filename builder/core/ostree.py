@@ -10,12 +10,12 @@ from __future__ import annotations
 import base64
 import calendar
 import re
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.children import temporary_gnupg_home, tool_tmpdir
 from builder.core.errors import BuildError, ToolError
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, gnupg_home
@@ -87,15 +87,16 @@ def commit_signed(runner: Runner, repo: Path, commit: str) -> bool:
 
 def signed_by(runner: Runner, repo: Path, ref: str, key: Path) -> bool:
     """Whether `key` verifies the commit of `ref`, checked as a device does it: a remote with
-    gpg-verify=true and gpgkeypath=KEY, pulling the commit's metadata."""
-    with tempfile.TemporaryDirectory(prefix="ostree-verify-") as scratch:
-        check = Path(scratch) / "repo"
+    gpg-verify=true and gpgkeypath=KEY, pulling the commit's metadata. ostree verifies in a
+    GnuPG home of its own under $TMPDIR: inside a recorded one (children.tool_tmpdir)."""
+    with temporary_gnupg_home("ostree-verify-") as scratch:
+        check = scratch / "repo"
         check.mkdir()
         runner.output(["ostree", f"--repo={check}", "init", "--mode=archive"])
         runner.output(["ostree", f"--repo={check}", "remote", "add", "--set=gpg-verify=true",
                        f"--set=gpgkeypath={key.resolve()}", "check", f"file://{repo.resolve()}"])
         proc = runner.run(["ostree", f"--repo={check}", "pull", "--commit-metadata-only",
-                           "check", ref], check=False)
+                           "check", ref], env=tool_tmpdir(scratch), check=False)
         return proc.returncode == 0
 
 
@@ -306,12 +307,13 @@ class Repo:
     def remote_add(self, name: str, url: str, *, gpg_import: Path | None = None) -> None:
         # --force: the remote is set to exactly this URL, also after a failed earlier attempt.
         args: list[str] = ["remote", "add", "--force"]
-        if gpg_import is not None:
-            args += ["--set=gpg-verify=true", "--set=gpg-verify-summary=true",
-                     f"--gpg-import={gpg_import}"]
-        else:
-            args.append("--no-gpg-verify")
-        self._run(*args, name, url)
+        if gpg_import is None:
+            self._run(*args, "--no-gpg-verify", name, url)
+            return
+        args += ["--set=gpg-verify=true", "--set=gpg-verify-summary=true",
+                 f"--gpg-import={gpg_import}"]
+        with temporary_gnupg_home("ostree-import-") as scratch:  # ostree imports in a home
+            self._run(*args, name, url, env=tool_tmpdir(scratch))  # of its own, in $TMPDIR
 
     def pull(self, remote: str, ref: str) -> str:
         """Pull and return ostree's final statistics line (e.g. '1 delta parts, ...')."""

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.core.children import make_gnupg_home
 from builder.core.errors import BuildError, InputError, ToolError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
@@ -158,9 +159,8 @@ def ensure_sample_key(runner: Runner, progress: Progress, homedir: Path,
     # Build the keyring next to its final place and rename it in: a crash leaves no
     # half-made homedir that a later run would trust.
     homedir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".gpg-", dir=homedir.parent))
+    tmp = make_gnupg_home(".gpg-", dir=homedir.parent)  # recorded: its agent is ours
     try:
-        tmp.chmod(0o700)
         gpg(runner, tmp, "--quick-gen-key", SAMPLE_UID, "rsa3072", "sign", "never",
              epoch=epoch)
         stop_agent(runner, tmp)

@@ -9,11 +9,10 @@ so the next commit gets the published head as parent and deltas from each of the
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 from builder.context import Context
+from builder.core.children import temporary_gnupg_home, tool_tmpdir
 from builder.core.errors import BuildError, InputError, ToolError
 from builder.core.ostree import Repo
 from builder.core.signing import SigningKey, export_public_key, stop_agent
@@ -38,10 +37,10 @@ def pull_published(ctx: Context, url: str, ref: str, depth: int,
     repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
     repo.init("archive")
     with ctx.progress.step(f"pull {ref} (last {depth} commits) from {url}"), \
-            tempfile.TemporaryDirectory(prefix="release-key-") as scratch:
+            temporary_gnupg_home("release-key-") as scratch:
         args = ["--no-gpg-verify"]
         if key is not None:
-            public = export_public_key(ctx.runner, key, Path(scratch) / "release.asc")
+            public = export_public_key(ctx.runner, key, scratch / "release.asc")
             stop_agent(ctx.runner, key.homedir)
             args = ["--set=gpg-verify=true", f"--set=gpgkeypath={public}"]
         else:
@@ -49,8 +48,9 @@ def pull_published(ctx: Context, url: str, ref: str, depth: int,
         ctx.runner.run(["ostree", f"--repo={repo.path}", "remote", "add", "--force", *args,
                         REMOTE, url])
         try:
+            # ostree verifies in a GnuPG home of its own under $TMPDIR: a recorded one.
             ctx.runner.run(["ostree", f"--repo={repo.path}", "pull", "--mirror",
-                            f"--depth={depth - 1}", REMOTE, ref])
+                            f"--depth={depth - 1}", REMOTE, ref], env=tool_tmpdir(scratch))
         except ToolError as exc:
             if key is not None and "signature" in exc.stderr.lower():
                 raise BuildError(f"{url}: the commits of {ref} do not verify with the release "

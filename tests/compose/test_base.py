@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from builder.compose.base import build_sample_tree
+from builder.compose.base import build_sample_tree, ensure_base
 from builder.context import Context
+from builder.core.children import gpg_agents, made_gnupg_homes
+from builder.core.errors import ToolError
+from builder.core.ostree import Repo
 from builder.core.progress import Progress
+from builder.core.runner import Runner
 from tests.support import requires
+from tests.support.deltas import signed_delta
 from tests.support.ostree import RELEASE, cli, copy_build, head, ostree, serve
 from tests.support.selinux import commit_labels
 
@@ -90,6 +96,30 @@ def test_missing_unit_on_a_real_base_fails_with_the_blueprint_field(
     err = capsys.readouterr().err
     assert "customizations.services.enabled: openvswitch.service has no unit file" in err
     assert not (build / "ostree" / "repo" / "refs" / "heads" / "microshift").exists()
+
+
+@pytest.mark.parametrize("trusted", ["release", "other"])
+def test_a_url_base_verifies_with_its_gpg_key_in_a_gnupg_home_the_run_made(
+        trusted: str, tmp_path: Path) -> None:
+    """ostree verifies the base commit in a temporary GnuPG home of its own, made inside one
+    the run recorded (children.tool_tmpdir): the commit signed with the release key is
+    pulled, with another key it is refused, and no agent is left in a recorded home."""
+    signed, *keys = signed_delta(tmp_path / "signed")
+    key = dict(zip(("release", "other"), keys, strict=True))[trusted]
+    build_repo = Repo(tmp_path / "build" / "repo", Runner())
+    build_repo.init("archive")
+    with serve(signed.repo) as (url, _):
+        release = _release_with_base(tmp_path, f"{{repo: {url!r}, ref: test, "
+                                               f"gpg_key: {str(key)!r}}}")
+        ctx = Context(build_dir=tmp_path / "build", release_path=release, progress=Progress())
+        if trusted == "release":
+            assert ensure_base(ctx, build_repo, tmp_path / "work").checksum == signed.new
+        else:
+            with pytest.raises(ToolError, match="public key not found"):
+                ensure_base(ctx, build_repo, tmp_path / "work")
+    made = made_gnupg_homes()
+    assert not [a for a in gpg_agents() if any(
+        home in Path(os.path.realpath(a.homedir)).parents for home in made)]
 
 
 def _metadata(repo: Path, commit: str, key: str) -> str:

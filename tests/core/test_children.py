@@ -1,30 +1,55 @@
-"""No gpg-agent outlives a run, failed or not; a user's own agent from before the run stays."""
+"""No gpg-agent outlives a run, failed or not; a user's own agent from before the run stays,
+and so does another run's (found by its home's path, never by owner or start time)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from builder.core.children import gpg_agents, stop_gpg_agents
+from builder.core.children import (
+    Agent,
+    gpg_agents,
+    made_gnupg_homes,
+    make_gnupg_home,
+    stop_gpg_agents,
+    temporary_gnupg_home,
+    tool_tmpdir,
+)
 from builder.core.runner import Runner
 from tests.support.cli import RELEASE, run_cli
+from tests.support.deltas import signed_delta
 from tests.support.ostree import copy_build
 
 pytestmark = pytest.mark.integration
 
 
-def start_agent(home: Path) -> None:
-    home.mkdir(mode=0o700, parents=True)
+def start_agent(home: Path) -> int:
+    home.mkdir(mode=0o700, parents=True, exist_ok=True)
     subprocess.run(["gpg-connect-agent", "--homedir", str(home), "/bye"], check=True,
                    capture_output=True)
-    assert agents_in(home)
+    pids = agents_in(home)
+    assert pids
+    return pids[0]
 
 
 def agents_in(root: Path) -> list[int]:
     return [a.pid for a in gpg_agents() if a.homedir == root or root in a.homedir.parents]
+
+
+def running(pid: int) -> bool:
+    return any(agent.pid == pid for agent in gpg_agents())
+
+
+def stopped_under(root: Path, stopped: list[Agent]) -> set[Path]:
+    """The homes of the stopped agents under `root`: this test's (the same process may hold
+    homes of other tests' runs, made through the helper, whose agents are stopped too)."""
+    return {a.homedir for a in stopped if root in a.homedir.parents}
 
 
 def test_agents_of_the_build_dir_and_of_the_run_are_stopped(tmp_path: Path) -> None:
@@ -39,12 +64,65 @@ def test_agents_of_the_build_dir_and_of_the_run_are_stopped(tmp_path: Path) -> N
     start_agent(user_home.with_name("release-key"))
     stopped = stop_gpg_agents(Runner(), build, [user_home, user_home.with_name("release-key")],
                               started)
-    assert {a.homedir for a in stopped} == {build / "gpg", user_home.with_name("release-key")}
+    assert stopped_under(tmp_path, stopped) == {build / "gpg", user_home.with_name("release-key")}
     assert agents_in(build / "gpg") == [] and agents_in(user_home.with_name("release-key")) == []
     assert agents_in(user_home)  # not ours to stop
     assert agents_in(nested)
     for home in (user_home, nested):
         subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)
+
+
+def vanish(home: Path, away: Path) -> None:
+    """The home's path is gone while its agent runs on (a deleted home's agent notices when
+    its socket is in that home; moving the home away keeps it running for the test)."""
+    home.parent.rename(away)
+    assert not home.exists()
+
+
+def test_only_a_vanished_home_the_run_made_has_its_agent_stopped(tmp_path: Path) -> None:
+    started = time.time()
+    # Another run on this host (another user's builder, or the same user's next door) made a
+    # temporary home, started an agent in it during our run, and its home is gone.
+    # (Short names: a GnuPG home's agent sockets must fit in 107 bytes.)
+    theirs = tmp_path / "t" / "g"
+    their_agent = start_agent(theirs)
+    vanish(theirs, tmp_path / "their-gone")
+    # This run made one through the helper (as ostree's verification does), and a step that
+    # failed halfway left its agent running when the home went.
+    ours = make_gnupg_home("o-", dir=tmp_path) / "g"
+    our_agent = start_agent(ours)
+    vanish(ours, tmp_path / "our-gone")
+    try:
+        stopped = stop_gpg_agents(Runner(), None, [], started)
+        assert stopped_under(tmp_path, stopped) == {ours}
+        assert not running(our_agent)
+        assert running(their_agent)  # not ours to stop, though its home is gone too
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(their_agent, signal.SIGTERM)
+
+
+def test_ostree_verifies_in_a_gnupg_home_the_run_made(tmp_path: Path) -> None:
+    """ostree makes its own temporary GnuPG home under $TMPDIR to verify a signature; run
+    with tool_tmpdir, that home is inside one the run made and recorded, so an agent ostree
+    left there would be found by path."""
+    signed, public, _ = signed_delta(tmp_path / "signed")
+    check = tmp_path / "check"
+    subprocess.run(["ostree", f"--repo={check}", "init", "--mode=archive"], check=True)
+    subprocess.run(["ostree", f"--repo={check}", "remote", "add", "--set=gpg-verify=true",
+                    f"--set=gpgkeypath={public}", "check", f"file://{signed.repo}"], check=True)
+
+    def verify(env: dict[str, str]) -> int:
+        return subprocess.run(["ostree", f"--repo={check}", "pull", "--commit-metadata-only",
+                               "check", signed.new], env={**os.environ, **env},
+                              capture_output=True, check=False).returncode
+
+    with temporary_gnupg_home("verify-") as scratch:
+        assert Path(os.path.realpath(scratch)) in made_gnupg_homes()
+        assert scratch.stat().st_mode & 0o777 == 0o700
+        assert verify(tool_tmpdir(scratch / "missing")) != 0  # no $TMPDIR, no GnuPG home
+        assert verify(tool_tmpdir(scratch)) == 0
+    assert not scratch.exists()
 
 
 def test_a_failed_run_leaves_no_agent(built_release: Path, tmp_path: Path) -> None:
