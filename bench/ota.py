@@ -55,12 +55,16 @@ def _row(pair: UpdatePair, work: Path, rate: int | None, cuts: int, seed: int, *
     report, _ = run_updater(device, pair.repo, UpdateOptions(
         LinkOptions(rate_kbit=rate), cuts, seed, SIM))
     release_deployments(work / f"updater-{seed}", Runner())
-    pull_bytes = None
+    pull_bytes = pull_time_ratio = None
     if pull:
         pulled = _device(pair, work / f"pull-{seed}")
         transfer, _ = pulled.upgrade(pair.repo, LinkOptions(rate_kbit=rate))
         release_deployments(work / f"pull-{seed}", Runner())
         pull_bytes = transfer.body_bytes
+        # Over a throttled link: seconds / (bytes on the wire / rate + latency), what
+        # `device simulate --rate` reports for its plain pulls (no test checks it).
+        pull_expected = transfer.expected_seconds()
+        pull_time_ratio = transfer.seconds / pull_expected if pull_expected else None
     expected = report.expected_download_seconds()
     return {"delta_bytes": report.delta_bytes, "bytes_on_wire": report.bytes_on_wire,
             "ratio": report.ratio(), "cuts": report.interruptions,
@@ -69,7 +73,8 @@ def _row(pair: UpdatePair, work: Path, rate: int | None, cuts: int, seed: int, *
             "time_ratio": (report.download_seconds / expected
                            if expected and report.download_seconds else None),
             "pull_bytes": pull_bytes,
-            "pull_ratio": pull_bytes / (report.delta_bytes or 1) if pull_bytes else None}
+            "pull_ratio": pull_bytes / (report.delta_bytes or 1) if pull_bytes else None,
+            "pull_time_ratio": pull_time_ratio}
 
 
 def measure_pair(pair: UpdatePair, work: Path) -> dict[str, Any]:
@@ -142,6 +147,12 @@ def report(result: dict[str, Any]) -> str:
              "(bytes / rate) | ostree pull / delta |", "|---|---|---|---|---|---|---|"]
     for label, row in result["rows"].items():
         lines.append(ota_row(label, row))
+    timed = {label: row["pull_time_ratio"] for label, row in result["rows"].items()
+             if row.get("pull_time_ratio")}
+    if timed:
+        lines += ["", "Plain ostree pull over the throttled link",
+                  "| row | pull seconds / (bytes on the wire / rate + latency) |", "|---|---|"]
+        lines += [f"| {label} | {ratio:.2f} |" for label, ratio in timed.items()]
     capped = result.get("capped_pull")
     if capped:
         lines += ["", f"Fallback ostree pull through the updater's relay, capped at "

@@ -117,10 +117,9 @@ def _pull_upgrade(device: Device, pair: UpdatePair, options: SimOptions,
     report, deployment = device.upgrade(pair.repo, options.link)
     check_tree_is_simulatable(deployment.path)
     outcome.transfers.append(report)
+    # The transfer time against bytes / rate is reported, not checked: the scenario checks
+    # bytes and outcomes, which no load changes; `python -m bench ota` measures the time.
     device.progress.info(f"transfer: {report.text()}; ostree: {report.ostree_summary}")
-    if report.expected_seconds() is not None:
-        outcome.expect("the throttled transfer took bytes-on-the-wire / rate + latency "
-                       "(within 1.3x)", report.within(1.3))
 
 
 def _updater_upgrade(device: Device, pair: UpdatePair, scenario: Scenario,
@@ -152,11 +151,8 @@ def _updater_upgrade(device: Device, pair: UpdatePair, scenario: Scenario,
                        "its last byte (no delta byte sent twice)",
                        report.interruptions == scenario.cuts == report.resumed
                        and report.duplicate_delta_bytes == 0)
-    expected = report.expected_download_seconds()
-    if expected and report.download_seconds:
-        outcome.expect(f"the throttled download took <= 1.1x delta bytes / rate "
-                       f"({report.download_seconds / expected:.2f}x)",
-                       report.download_seconds <= 1.1 * expected)
+    # The download time against delta bytes / rate is in report.text() above, not a check:
+    # a loaded machine stretches it; `python -m bench ota` measures it (target <= 1.1x).
 
 
 def delta_offered(pair: UpdatePair) -> bool:

@@ -98,11 +98,6 @@ class TransferReport:
             line += f"; the static delta itself is {human_bytes(self.delta_bytes)}"
         return line
 
-    def within(self, factor: float) -> bool:
-        """Measured time within `factor` of the expected time (both ways)."""
-        expected = self.expected_seconds()
-        return expected is not None and expected / factor <= self.seconds <= expected * factor
-
 
 class PullFailed(BuildError):
     def __init__(self, message: str, report: TransferReport) -> None:

@@ -226,9 +226,11 @@ def test_check_fails_when_a_listed_workload_does_not_exist(tmp_path: Path) -> No
 @pytest.mark.integration
 def test_check_fails_at_once_when_microshift_failed(tmp_path: Path) -> None:
     # As upstream's check: a failed unit will not become active; no need to wait it out.
-    rc, out, seconds = run_check(tmp_path, make_root(tmp_path, base="30", active=False),
+    # Waiting it out would take 600 s; at once is well under a second, so the bound (60 s,
+    # run_check's own timeout) is far from both, whatever the load.
+    rc, out, seconds = run_check(tmp_path, make_root(tmp_path, base="600", active=False),
                                  Health())
-    assert rc == 1 and seconds < 20
+    assert rc == 1 and seconds < 60
     assert "microshift.service failed" in out and out.rstrip().endswith("FAILURE")
 
 
@@ -242,14 +244,14 @@ def test_check_waits_for_an_inactive_microshift_until_the_timeout(tmp_path: Path
 
 @pytest.mark.integration
 def test_check_reports_the_failed_component_plugin_with_its_message(tmp_path: Path) -> None:
-    root = make_root(tmp_path, base="30", state="inactive")
+    root = make_root(tmp_path, base="600", state="inactive")  # waited out: 600 s
     (root / "run/device-sim/units/microshift-components.service.is-active").write_text("failed")
     failure = root / "run/microshift-components/failure.log"
     failure.parent.mkdir(parents=True)
     failure.write_text("plugin 005-networking-ovnk failed with exit code 1: a system "
                        "precondition is unmet\n    the OVS gateway bridge br-ex does not exist\n")
     rc, out, seconds = run_check(tmp_path, root, Health())
-    assert rc == 1 and seconds < 20
+    assert rc == 1 and seconds < 60
     assert "microshift-components.service failed" in out
     assert "the OVS gateway bridge br-ex does not exist" in out
     log = (root / "run/microshift-greenboot/healthcheck-failure.log").read_text()
@@ -269,12 +271,12 @@ def test_slow_microshift_passes_only_with_the_grown_timeout(tmp_path: Path, coun
                                                             passes: bool) -> None:
     # Ready 4.5 s after start; base 3 s: the first attempt (3 s) fails, the second (6 s)
     # passes. 1.5 s either side, so a loaded machine that starts the script late still
-    # sees the same outcome.
-    rc, out, seconds = run_check(tmp_path, make_root(tmp_path, base="3", counter=counter),
-                                 Health(ready_after=4.5))
+    # sees the same outcome; the first attempt failing shows it never waits past its own
+    # timeout (a longer wait would have seen MicroShift ready).
+    rc, out, _ = run_check(tmp_path, make_root(tmp_path, base="3", counter=counter),
+                           Health(ready_after=4.5))
     assert (rc == 0) is passes, out
     assert f"Waiting up to {3 * (3 - counter)}s" in out
-    assert seconds < 3 * (3 - counter) + 10  # it never waits past its own timeout
 
 
 # --- shellcheck and the package ---------------------------------------------------------
