@@ -23,9 +23,11 @@ OVERLAY = BASEOS_DIR / "overlay"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-# dracut's modules for an ostree root on a virtio disk: systemd in the initramfs (ostree's
-# module requires it), the root by UUID, ext4.
-DRACUT_ARGS = ("--reproducible", "--no-hostonly", "--add", "ostree", "--omit", "plymouth",
+# dracut's modules for an ostree root on a plain partition: systemd in the initramfs (ostree's
+# module requires it), the root by UUID; none for storage stacks the disk does not use.
+DRACUT_ARGS = ("--reproducible", "--no-hostonly", "--no-early-microcode", "--add", "ostree",
+               "--omit", "plymouth dm lvm mdraid crypt multipath iscsi nfs network "
+               "network-legacy ifcfg btrfs resume i18n nvdimm fcoe fcoe-uefi qemu-net",
                "--force")
 # Paths dpkg leaves out: documentation and translations are not needed to boot.
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*",

@@ -97,6 +97,7 @@ def disk_identity(deployment: Deployment, epoch: int) -> str:
         "kargs": list(d.kargs), "epoch": epoch, "layout": LAYOUT,
         "etc": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(d.etc_files.items())},
         "var": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(d.var_files.items())},
+        "links": dict(sorted(d.etc_links.items())),
         "grub": file_digest(PLATFORM_DIR / "boot.img") if PLATFORM_DIR.is_dir() else None,
     })).hexdigest()
 

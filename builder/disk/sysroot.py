@@ -41,6 +41,7 @@ class Deployment:
     # Files an admin or the factory puts in the deployment's /etc and in /var (path -> bytes).
     etc_files: Mapping[str, bytes] = field(default_factory=dict)
     var_files: Mapping[str, bytes] = field(default_factory=dict)
+    etc_links: Mapping[str, str] = field(default_factory=dict)  # path in /etc -> target
 
 
 def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_uuid: str,
@@ -71,6 +72,11 @@ def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_
     if d.gpg_key is not None:
         etc[f"pki/ostree/{d.remote}.gpg"] = d.gpg_key.read_bytes()
     _write_files(deployed / "etc", etc)
+    for name, target in d.etc_links.items():
+        link = deployed / "etc" / name.lstrip("/")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.unlink(missing_ok=True)
+        os.symlink(target, link)
     _write_files(stage / "ostree/deploy" / d.osname / "var", d.var_files)
     return deployed
 

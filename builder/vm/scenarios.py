@@ -114,9 +114,6 @@ def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]
             "GREENBOOT_WATCHDOG_CHECK_ENABLED=false\n").encode(),
         "microshift/update.yaml": "".join(
             f"{k}: {json.dumps(v)}\n" for k, v in update.items()).encode(),
-        # Look for updates right after greenboot's verdict, not 15 minutes after boot.
-        "systemd/system/microshift-update.timer.d/10-scenario.conf":
-            b"[Timer]\nOnBootSec=\nOnBootSec=1s\nRandomizedDelaySec=0\n",
         # QEMU's restricted user network leases an address but no router; a device's LAN
         # gives one, and MicroShift takes the node IP from the default route.
         "systemd/network/80-sample-wired.network.d/10-router.conf":
@@ -125,6 +122,12 @@ def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]
         "systemd/system/microshift-update.service.d/10-console.conf":
             b"[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n",
     }
+
+
+# Look for updates at every boot, right after greenboot's verdict (the unit is ordered after
+# greenboot-healthcheck), instead of the timer's 15 minutes after boot.
+GUEST_LINKS = {"systemd/system/multi-user.target.wants/microshift-update.service":
+               "/usr/lib/systemd/system/microshift-update.service"}
 
 
 def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmOutcome:
@@ -163,7 +166,9 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
     deployment = Deployment(
         pair.build_dir / "ostree/repo", pair.ref, pair.v1,
         remote_url=f"http://{GUEST_SERVER[0]}/repo/", gpg_key=pair.public_key,
-        etc_files=guest_settings(scenario, options),
+        # Kernel messages cost emulated serial output; the journal keeps them on the disk.
+        kargs=("console=ttyS0,115200", "quiet"),
+        etc_files=guest_settings(scenario, options), etc_links=GUEST_LINKS,
         var_files={MARKER: MARKER_TEXT.encode()})
     image = build_disk(ctx.runner, deployment, options.work / "disk",
                        f"{IMAGE}.{ctx.target_arch}", epoch=ctx.release.source_date_epoch,
