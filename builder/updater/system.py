@@ -3,7 +3,9 @@
 On a device the root is `/`; under the device simulation it is the booted root view that
 builder.device.boot composes ($MICROSHIFT_ROOT), where `sysroot` points at the simulated
 disk. The booted deployment is found as ostree-prepare-root finds it: the `ostree=` argument
-of the kernel command line, a path under the sysroot whose target is the deployment.
+of the kernel command line, a path under the sysroot whose target is the deployment; when
+that boot link is gone (the deployments were rewritten since boot), as libostree finds it:
+the deployment whose /usr is the booted root's.
 """
 
 from __future__ import annotations
@@ -70,11 +72,32 @@ class System:
         deployment = (self.sysroot / match.group(1).lstrip("/")).resolve()
         found = DEPLOY_DIR.match(deployment.name)
         if found is None or deployment.parent.name != "deploy":
+            # The boot link of the command line is gone once the deployments were rewritten
+            # since boot (greenboot's rollback undeploys the failed default: the booted one
+            # moves to index 0 of a new boot version). libostree then knows the booted
+            # deployment as the one whose /usr is this root's /usr: so does this.
+            deployment = self._deployment_of_usr() or deployment
+            found = DEPLOY_DIR.match(deployment.name)
+        if found is None or deployment.parent.name != "deploy":
             raise BuildError(f"ostree={match.group(1)} does not lead to a deployment "
-                             f"({deployment})")
+                             f"({deployment}), and no deployment has this root's /usr")
         osname = deployment.parent.parent.name
         remote, ref = read_origin(deployment.with_name(deployment.name + ".origin"))
         return Booted(found["checksum"], osname, remote, ref, deployment)
+
+    def _deployment_of_usr(self) -> Path | None:
+        try:
+            usr = (self.root / "usr").stat()
+        except OSError:
+            return None
+        for candidate in sorted(self.sysroot.glob("ostree/deploy/*/deploy/*")):
+            try:
+                other = (candidate / "usr").stat()
+            except OSError:
+                continue
+            if (other.st_dev, other.st_ino) == (usr.st_dev, usr.st_ino):
+                return candidate
+        return None
 
     def remote_option(self, remote: str, key: str) -> str | None:
         proc = self.runner.run(["ostree", f"--repo={self.repo}", "config", "get",
