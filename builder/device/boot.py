@@ -134,6 +134,8 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
     health = health_for.get(deployment.checksum, Health())
     start_microshift(device, root, deployment, health, api, components_failed=bool(components))
     healthy = run_scripts(device, root, CHECK_DIRS, env, strict=True)
+    (root / "run/device-sim/units/greenboot-healthcheck.service.is-active").write_text(
+        "active\n" if healthy else "failed\n")
     reboot = cleanup = False
     if healthy:
         run_scripts(device, root, GREEN_DIRS, env, strict=False)

@@ -70,6 +70,13 @@ class Run:
 
     def run(self) -> None:
         booted = self.system.booted()
+        if self.system.boot_failed_health_checks():
+            # greenboot found this boot unhealthy: it reboots, or rolls back, or waits for an
+            # admin. Touch nothing, not even the status: what was staged stays recorded, so
+            # the next run on the rolled-back deployment knows that it failed.
+            self.log(f"greenboot found this boot of {booted.checksum[:12]} unhealthy: no "
+                     "update is looked for until a boot is healthy")
+            return
         self._note_rollback(booted)
         remote = self.config.remote or booted.remote
         self._set("checking", f"{remote}:{booted.ref}", booted=booted.checksum)

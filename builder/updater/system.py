@@ -23,6 +23,7 @@ from builder.core.runner import Runner
 OSTREE_ARG = re.compile(r"(?:^|\s)ostree=(\S+)")
 DEPLOY_DIR = re.compile(r"^(?P<checksum>[0-9a-f]{64})\.(?P<serial>[0-9]+)$")
 DATE_LINE = re.compile(r"^Date:\s+(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \+0000$", re.M)
+HEALTHCHECK = "greenboot-healthcheck.service"
 REFSPEC = re.compile(r"^(?:(?P<remote>[^:\s]+):)?(?P<ref>[^:\s]+)$")
 
 
@@ -84,6 +85,12 @@ class System:
         osname = deployment.parent.parent.name
         remote, ref = read_origin(deployment.with_name(deployment.name + ".origin"))
         return Booted(found["checksum"], osname, remote, ref, deployment)
+
+    def boot_failed_health_checks(self) -> bool:
+        """Whether greenboot's health check failed on this boot (its unit is failed; an image
+        without greenboot has no such unit and never fails it)."""
+        proc = self.runner.run(["systemctl", "is-failed", HEALTHCHECK], check=False)
+        return proc.returncode == 0 and proc.stdout.decode(errors="replace").strip() == "failed"
 
     def _deployment_of_usr(self) -> Path | None:
         try:

@@ -26,6 +26,7 @@ from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
 from builder.device.sysroot import Device, release_deployments
 from builder.device.update import (
+    STATUS,
     UPDATER,
     UpdateFailed,
     UpdateOptions,
@@ -139,6 +140,25 @@ def test_only_the_delta_file_crosses_the_link_and_v2_is_staged(pair: UpdatePair,
     assert not any((device.stateroot_var / "lib/microshift-update/staging").glob("*"))
     again, _ = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert again.method is None and "already staged" in " ".join(again.log)
+
+
+def test_on_a_boot_greenboot_found_unhealthy_the_updater_touches_nothing(
+        pair: UpdatePair, tmp_path: Path) -> None:
+    """A red boot (the timer may fire before redboot reboots) must not overwrite what was
+    staged: the run on the rolled-back deployment reads it to know the update failed (the VM
+    tier found the updater staging a rolled-back update again when it did)."""
+    device = _booted_device(pair, tmp_path)
+    units = device.state_dir / "root/run/device-sim/units"
+    (units / "greenboot-healthcheck.service.is-active").write_text("failed\n")
+    status = device.state_dir / "root" / STATUS
+    status.parent.mkdir(parents=True, exist_ok=True)
+    staged = json.dumps({"state": "staged", "target": pair.v2}) + "\n"
+    status.write_text(staged)
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert report.method is None and report.bytes_on_wire == 0
+    assert "unhealthy" in " ".join(report.log)
+    assert deployment.checksum == pair.v1 and len(device.deployments()) == 1
+    assert status.read_text() == staged
 
 
 def test_a_cut_run_leaves_the_part_and_the_next_run_resumes_it(pair: UpdatePair,
