@@ -20,7 +20,7 @@ GRUB = re.compile(r"grub: entry (\d+) boot_counter=(-?\d*)")
 BOOTED = re.compile(r"sample-boot-report: booted commit=([0-9a-f]{64}|unknown) version=(\S+)")
 VERDICT = re.compile(r"Boot Status is (GREEN|RED)")
 UPDATER = re.compile(r"microshift-update: (.*)$")
-IDLE = ("up to date:", "was rolled back by greenboot", "failed:")
+IDLE = ("up to date:", "was rolled back by greenboot on this device", "failed:")
 MANUAL = "Manual intervention necessary"
 
 
@@ -41,7 +41,7 @@ class BootRecord:
 
     def settled(self) -> bool:
         if self.verdict == "green":
-            return any(line.startswith(IDLE) for line in self.updater)
+            return any(marker in line for line in self.updater for marker in IDLE)
         return False
 
     def read(self, line: str) -> None:

@@ -42,6 +42,10 @@ def test_a_green_boot_settles_once_the_updater_has_nothing_to_stage() -> None:
     idle.read("microshift-update[9]: microshift-update: up to date: 02477af9894d is the newest")
     assert idle.settled()
     assert idle.updater == ["up to date: 02477af9894d is the newest"]
+    rolled_back = record(GREEN_BOOT)
+    rolled_back.read("microshift-update[9]: microshift-update: db12cea75db7 was rolled back by "
+                     "greenboot on this device; waiting for a newer commit")
+    assert rolled_back.settled()
 
 
 def test_a_red_boot_never_settles_on_the_updater_s_word() -> None:
