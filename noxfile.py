@@ -46,11 +46,13 @@ def _as_root(session: nox.Session) -> list[str]:
 
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
-    """Unit tests and the integration tier that runs the real host tools."""
+    """Unit tests and the integration tier that runs the real host tools, one pytest worker
+    per core (pytest-xdist; a test file stays on one worker, so its module fixtures are made
+    once). `nox -s tests -- -n 0 ...` runs them in one process."""
     _host_tools(session)
     session.install("-e", ".[test]")
-    session.run("python", "-m", "pytest", *(session.posargs or ["-q"]),
-                env={"PYTHONDONTWRITEBYTECODE": "1"})
+    session.run("python", "-m", "pytest", "--numprocesses=auto", "--dist=loadfile",
+                *(session.posargs or ["-q"]), env={"PYTHONDONTWRITEBYTECODE": "1"})
 
 
 @nox.session(python=PYTHON)

@@ -12,6 +12,7 @@ import importlib
 import json
 import logging
 import shlex
+import signal
 import sys
 import time
 import traceback
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:  # CI records which tool made the artifacts
         ctx.progress.info(f"{PROG} {__version__}", version=__version__)
     started = time.time()
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         with _build_dir_held(ctx, args, sys.argv[1:] if argv is None else argv):
             return int(args.func(ctx, args))
@@ -110,14 +112,28 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, BuildError):
             return _report(exc, args)
         raise
+    except Terminated:
+        print("terminated (SIGTERM): the run stopped; a rerun resumes it", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
+        signal.signal(signal.SIGTERM, previous)
         # Failed or not, no gpg-agent this run started outlives it.
         homes = [home for home in (getattr(args, "gpg_homedir", None),) if home is not None]
         stop_gpg_agents(ctx.runner, ctx.build_dir if hasattr(args, "build_dir") else None,
                         homes, started)
+
+
+class Terminated(BaseException):
+    """SIGTERM (a cancelled or timed-out CI job): unwinds like Ctrl-C, so every `finally`
+    runs: children are killed, temporary places removed, agents stopped, the lock released."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one unwinding, however many signals
+    raise Terminated
 
 
 @contextlib.contextmanager
@@ -128,7 +144,14 @@ def _build_dir_held(ctx: Context, args: argparse.Namespace,
         yield
         return
     command = shlex.join(["python", "-m", "builder", *words])
-    with build_dir_lock(ctx.build_dir, command, ctx.progress, wait=args.wait):
+    def stop_left_agents() -> None:
+        # A run killed with SIGKILL could stop nothing: its successor does, and says so.
+        for agent in stop_gpg_agents(ctx.runner, ctx.build_dir, [], time.time()):
+            ctx.progress.info(f"stopped gpg-agent pid {agent.pid} ({agent.homedir}) that the "
+                              "killed run left")
+
+    with build_dir_lock(ctx.build_dir, command, ctx.progress, wait=args.wait,
+                        on_takeover=stop_left_agents):
         yield
 
 

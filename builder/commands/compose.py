@@ -11,9 +11,11 @@ from typing import Any
 from builder.commands.options import (
     add_build_dir,
     add_signing_options,
+    add_validity_option,
     per_arch,
     ref_for_arch,
     signing_key,
+    validity,
 )
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
@@ -36,6 +38,7 @@ def register(sub: Any) -> None:
 
     deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
     add_build_dir(deltas)
+    add_validity_option(deltas)
     target = deltas.add_mutually_exclusive_group()
     target.add_argument("--image", help="the image whose ref to use (default microshift-full)")
     target.add_argument("--ref", help="the ostree ref to make deltas for")
@@ -111,7 +114,7 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
     options = DeltaOptions(image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
-                           scratch=not args.no_scratch)
+                           scratch=not args.no_scratch, validity=validity(args))
     for arch_ctx in per_arch(ctx):
         ref = ref_for_arch(ctx, arch_ctx, args.ref)
         report = generate_deltas(arch_ctx, replace(options, ref=ref))

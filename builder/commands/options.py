@@ -47,6 +47,21 @@ def add_signing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpg-key", help="key id or fingerprint to sign with")
 
 
+def add_validity_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index-validity", type=float, default=7.0, metavar="DAYS",
+                        help="how long devices take the signed update index as current "
+                             "(default 7); publish again before it ends")
+
+
+def validity(args: argparse.Namespace) -> int:
+    """--index-validity in seconds (builder/updater/freshness.py)."""
+    days = float(args.index_validity)
+    if not 0 < days <= 366:
+        raise InputError("command line", "--index-validity", f"{days:g} is out of range; "
+                         "allowed: more than 0 and at most 366 days")
+    return int(days * 24 * 3600)
+
+
 def signing_key(ctx: Context, args: argparse.Namespace) -> SigningKey | None:
     """--gpg-homedir/--gpg-key, else the SAMPLE key for a release on the SAMPLE base."""
     from builder.core.signing import release_signing_key

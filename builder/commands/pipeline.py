@@ -7,7 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, add_signing_options, per_arch, signing_key
+from builder.commands.options import (
+    add_build_dir,
+    add_signing_options,
+    add_validity_option,
+    per_arch,
+    signing_key,
+    validity,
+)
 from builder.context import Context
 from builder.core.progress import human_bytes
 
@@ -19,6 +26,7 @@ PER_ARCH = ("compose", "sbom", "deltas", "installer")
 def register(sub: Any) -> None:
     parser = sub.add_parser("build-image", help="run the whole chain for the release")
     add_build_dir(parser)
+    add_validity_option(parser)
     parser.add_argument("--image", default="microshift-full",
                         help="image profile to compose (default: microshift-full)")
     parser.add_argument("--until", choices=STAGES, default=STAGES[-1],
@@ -86,7 +94,8 @@ def _sbom(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
 def _deltas(ctx: Context, args: argparse.Namespace) -> list[tuple[str, Path]]:
     from builder.publish.deltas import DeltaOptions, generate_deltas
 
-    report = generate_deltas(ctx, DeltaOptions(image=args.image, key=signing_key(ctx, args)))
+    report = generate_deltas(ctx, DeltaOptions(image=args.image, key=signing_key(ctx, args),
+                                                validity=validity(args)))
     ctx.progress.info(report.text())
     return [(f"static deltas + report, {ctx.target_arch}", ctx.path("deltas", report.ref))]
 

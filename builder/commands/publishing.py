@@ -11,9 +11,11 @@ from typing import Any
 from builder.commands.options import (
     add_build_dir,
     add_signing_options,
+    add_validity_option,
     per_arch,
     ref_for_arch,
     signing_key,
+    validity,
 )
 from builder.context import Context
 from builder.core.errors import InputError
@@ -46,6 +48,7 @@ def register(sub: Any) -> None:
         "publish", help="upload the ostree repository, SBOMs and update reports: objects "
                         "first, refs and summary last")
     add_build_dir(publish)
+    add_validity_option(publish)
     publish.add_argument("--to", required=True, metavar="TARGET",
                          help="a directory, an rsync destination ([user@]host:path, "
                               "rsync://...) or s3://bucket/prefix (aws CLI)")
@@ -101,7 +104,8 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     for build in args.merge:
         if not build.is_dir():
             raise InputError("command line", "--merge", f"{build} is not a directory")
-    result = publish(ctx, PublishOptions(target=args.to, merge=tuple(args.merge), key=key))
+    result = publish(ctx, PublishOptions(target=args.to, merge=tuple(args.merge), key=key,
+                                             validity=validity(args)))
     ctx.progress.info(f"published {len(result.refs)} refs, {result.sboms} SBOMs and "
                       f"{result.reports} update reports to {result.target}")
     return 0

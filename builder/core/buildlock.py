@@ -17,7 +17,7 @@ import fcntl
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +65,10 @@ def _alive(pid: int) -> bool:
 
 @contextlib.contextmanager
 def build_dir_lock(build_dir: Path, command: str, progress: Progress, *,
-                   wait: bool = False, poll: float = 0.2) -> Iterator[None]:
-    """Hold the build directory's lock for the `with` block (see the module docstring)."""
+                   wait: bool = False, poll: float = 0.2,
+                   on_takeover: Callable[[], None] | None = None) -> Iterator[None]:
+    """Hold the build directory's lock for the `with` block (see the module docstring);
+    `on_takeover` runs when the previous holder died without releasing it."""
     created = not build_dir.exists()
     fd = _acquire(build_dir, command, progress, wait=wait, poll=poll)
     try:
@@ -74,6 +76,8 @@ def build_dir_lock(build_dir: Path, command: str, progress: Progress, *,
         if stale is not None and stale.pid != os.getpid() and not _alive(stale.pid):
             progress.info(f"took over the lock of {build_dir} left by {stale.describe()}, "
                           "which is no longer running")
+            if on_takeover is not None:
+                on_takeover()
         _write_holder(build_dir, command)
         yield
     finally:

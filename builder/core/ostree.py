@@ -18,7 +18,7 @@ from pathlib import Path
 from builder.core.children import temporary_gnupg_home, tool_tmpdir
 from builder.core.errors import BuildError, ToolError
 from builder.core.runner import Runner
-from builder.core.signing import SigningKey, gnupg_home
+from builder.core.signing import SigningKey, export_public_key, gnupg_home
 
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 # `ostree ls -R -C` lines: TYPE+MODE UID GID SIZE CHECKSUM [DIRMETA] PATH [-> TARGET]
@@ -174,8 +174,15 @@ class Repo:
                   *([f"--depth={depth}"] if depth is not None else []), source, rev)
 
     def gpg_sign(self, commit: str, gpg: SigningKey) -> None:
-        """Sign once per key: a rerun after a crash between signing and moving the ref
-        replaces its own earlier signature instead of adding a second one."""
+        """Sign once per key: a rerun after a crash between signing and moving the ref keeps
+        its own earlier signature (or replaces it) instead of adding a second one."""
+        with temporary_gnupg_home("ostree-signed-") as scratch:
+            # libostree reads a --gpg-homedir to check existing signatures without following
+            # a symlink, which the short alias of a deep build directory's home is
+            # (signing.gnupg_home): a commit this key signed already is left as it is.
+            public = export_public_key(self.runner, gpg, scratch / "key.asc")
+            if signed_by(self.runner, self.path, commit, public):
+                return
         home = f"--gpg-homedir={gnupg_home(gpg.homedir)}"
         self.runner.run(["ostree", f"--repo={self.path}", "gpg-sign", "--delete", home, commit,
                          gpg.key_id], check=False)

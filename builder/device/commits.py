@@ -30,9 +30,11 @@ from builder.core.signing import (
 )
 from builder.core.steps import write_atomic
 from builder.core.templates import render_source_tree
+from builder.publish.freshness import sign_timestamp
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
 from builder.release.samples import write_payload_standin
 from builder.release.template_context import component_context
+from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
 SAMPLE_REF = "sample/device-sim/x86_64/edge"
 SAMPLE_KERNEL = "5.14.0-284.sample.el9.x86_64"
@@ -140,13 +142,15 @@ def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> Upda
 
 def _publish_update(ctx: Context, repo: Repo, commits: list[str], key: SigningKey,
                     out: Path) -> None:
-    """updates/REF/: the v1 -> v2 delta file and index.json with its signature."""
+    """updates/REF/: the v1 -> v2 delta file, index.json with its signature, and the signed
+    statement that the index is current."""
     v1, v2 = commits
     out.mkdir(parents=True, exist_ok=True)
     offline = write_offline_file(delta_dir(repo.path, v1, v2), out / offline_name(v1, v2),
                                  sample_version(ctx, 1))
     write_atomic(out / INDEX, index_json(SAMPLE_REF, v2, sample_version(ctx, 2), [offline]))
     sign_detached(ctx.runner, key, out / INDEX, ctx.release.source_date_epoch)
+    sign_timestamp(ctx.runner, key, out, SAMPLE_REF, DEFAULT_VALIDITY_SECONDS)
 
 
 def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int) -> None:

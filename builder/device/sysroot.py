@@ -156,8 +156,9 @@ class Device:
         """Factory imaging: pull `ref` (at `commit` if given) and deploy it as the only OS.
 
         With `gpg_key`, the device trusts that public key for its remote as the kickstart
-        sets it up (gpg-verify=true, gpgkeypath=/etc/pki/ostree/REMOTE.gpg; here the key is
-        kept in the device's state directory) and the pull already verifies the commit."""
+        sets it up (gpg-verify=true, gpg-verify-summary=true,
+        gpgkeypath=/etc/pki/ostree/REMOTE.gpg; here the key is kept in the device's state
+        directory) and the pull already verifies the commit and the summary."""
         config = self.config()
         if self.deployments():
             raise BuildError(f"device {self.sysroot} is already installed",
@@ -168,7 +169,8 @@ class Device:
             trusted = self.state_dir / "pki" / f"{REMOTE}.gpg"
             trusted.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(gpg_key, trusted)
-            for option in ("gpg-verify=true", f"gpgkeypath={trusted}"):
+            for option in ("gpg-verify=true", "gpg-verify-summary=true",
+                           f"gpgkeypath={trusted}"):
                 key, value = option.split("=", 1)
                 self.runner.run(["ostree", f"--repo={self.repo.path}", "config", "set",
                                  f'remote "{REMOTE}".{key}', value])

@@ -82,7 +82,8 @@ def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_
 
 
 def _add_remote(runner: Runner, repo: Repo, d: Deployment) -> None:
-    verify = (["--set=gpg-verify=true", f"--set=gpgkeypath=/etc/pki/ostree/{d.remote}.gpg"]
+    verify = (["--set=gpg-verify=true", "--set=gpg-verify-summary=true",
+               f"--set=gpgkeypath=/etc/pki/ostree/{d.remote}.gpg"]
               if d.gpg_key is not None else ["--no-gpg-verify"])
     runner.run(["ostree", f"--repo={repo.path}", "remote", "add", *verify, d.remote,
                 d.remote_url or "file:///dev/null", d.ref])

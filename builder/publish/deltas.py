@@ -32,6 +32,7 @@ from builder.core.signing import SigningKey, sign_detached, signature_epoch, sto
 from builder.core.steps import write_atomic
 from builder.publish.changes import changes_to
 from builder.publish.encodings import delta_encodings
+from builder.publish.freshness import sign_timestamp
 from builder.publish.offline import (
     INDEX,
     SUFFIX,
@@ -51,6 +52,12 @@ from builder.publish.report import (
     read_superblock,
     report_dir,
 )
+from builder.updater.freshness import (
+    DEFAULT_VALIDITY_SECONDS,
+    TIMESTAMP,
+    TIMESTAMP_SIGNATURE,
+    date_text,
+)
 
 LARGE_FILE = 1024 * 1024  # new files from this size on are listed with their encoding
 T = TypeVar("T")
@@ -66,6 +73,7 @@ class DeltaOptions:
     memory_limit: int | None = None  # bytes for all paths at once; None: half the memory
     jobs: int | None = None          # paths at once; None: the machine's cores
     scratch: bool = True             # also the delta from scratch (new devices, --empty)
+    validity: int = DEFAULT_VALIDITY_SECONDS  # how long the index's statement is current
 
 
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
@@ -119,7 +127,7 @@ def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaR
         if options.offline:
             files = [offline for _, offline in results if offline is not None]
             _write_index(out_dir, ref, head, repo.metadata(head, "version"), files)
-            _sign_index(ctx, out_dir, options.key)
+            _sign_index(ctx, out_dir, ref, options.key, options.validity)
         wall = time.monotonic() - started
     report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
                          round(wall, 2), jobs, ceiling,
@@ -227,22 +235,27 @@ def _large_files(directory: Path, superblock: Superblock, plan: PathPlan,
     return tuple(sorted(listed.values(), key=lambda f: (-f.bytes, f.path)))
 
 
-def _sign_index(ctx: Context, out_dir: Path, key: SigningKey | None) -> None:
+def _sign_index(ctx: Context, out_dir: Path, ref: str, key: SigningKey | None,
+                validity: int) -> None:
     """index.json.sig: what devices' updaters believe the index by (builder/updater). The
     signature time is pinned like the RPMs' and repomd.xml's, so a rerun writes it again
-    byte for byte."""
+    byte for byte; timestamp.json{,.sig}, the statement that it is current, is signed with
+    the wall clock (builder/updater/freshness.py)."""
     signature = out_dir / (INDEX + ".sig")
     if key is None:
-        signature.unlink(missing_ok=True)
+        for name in (signature.name, TIMESTAMP, TIMESTAMP_SIGNATURE):
+            (out_dir / name).unlink(missing_ok=True)
         ctx.progress.warn(f"{out_dir / INDEX} is not signed (no --gpg-key): devices' "
                           "updaters refuse an unsigned index")
         return
     try:
         epoch = signature_epoch(ctx.runner, key, ctx.release.source_date_epoch)
         sign_detached(ctx.runner, key, out_dir / INDEX, epoch)
+        stamp = sign_timestamp(ctx.runner, key, out_dir, ref, validity)
     finally:
         stop_agent(ctx.runner, key.homedir)
-    ctx.progress.info(f"signed {out_dir / INDEX} with {key.key_id}")
+    ctx.progress.info(f"signed {out_dir / INDEX} with {key.key_id}, current until "
+                      f"{date_text(stamp.expires)} ({TIMESTAMP})")
 
 
 def _write_index(out_dir: Path, ref: str, head: str, version: str | None,

@@ -46,11 +46,18 @@ from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
+from builder.publish.freshness import sign_staged, stale_statements
 from builder.publish.offline import INDEX, SUFFIX
 from builder.publish.sbom import described_commit
+from builder.updater.freshness import (
+    DEFAULT_VALIDITY_SECONDS,
+    TIMESTAMP,
+    TIMESTAMP_SIGNATURE,
+    date_text,
+)
 
 PHASES = ("objects", "metadata", "refs")
-UPDATE_INDEX = (INDEX, INDEX + ".sig")
+UPDATE_INDEX = (INDEX, INDEX + ".sig", TIMESTAMP, TIMESTAMP_SIGNATURE)
 RSYNC = ["rsync", "-rlpt", "--mkpath"]
 AWS_QUIET = ["--no-progress", "--only-show-errors"]
 
@@ -64,6 +71,8 @@ class PublishOptions:
     target: str
     merge: tuple[Path, ...] = ()          # other build directories to publish with this one
     key: SigningKey | None = None         # signs the regenerated summary after a merge
+                                          # and the indexes' statements (freshness)
+    validity: int = DEFAULT_VALIDITY_SECONDS
     checkpoint: Callable[[str], None] = field(default=no_checkpoint)
 
 
@@ -92,6 +101,7 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
             extras = Path(scratch) / "extras"
             sboms = stage_sboms(sources, extras / "sbom", refs)
             reports = stage_reports(sources, extras / "updates")
+            _refresh_statements(ctx, extras / "updates", options)
             if not options.target.startswith("s3://"):  # S3 dates each upload itself
                 stamp_summary(ctx, repo.path, options.target, Path(scratch) / "published")
             for phase, commands in plan(options.target, repo.path, extras):
@@ -102,6 +112,25 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
         for ref, commit in refs.items():
             ctx.progress.info(f"published {ref} = {commit}", ref=ref, commit=commit)
     return PublishResult(options.target, refs, sboms, reports)
+
+
+def _refresh_statements(ctx: Context, updates: Path, options: PublishOptions) -> None:
+    """Every published index gets a statement signed now (builder/updater/freshness.py):
+    devices refuse an index whose statement expired, so a replayed old one cannot freeze
+    them."""
+    if options.key is None:
+        for ref in stale_statements(updates, time.time()):
+            ctx.progress.warn(f"updates/{ref}: the index's signed statement is missing or "
+                              "ends within a day, and devices refuse it after that: publish "
+                              "with --gpg-key to sign a fresh one")
+        return
+    try:
+        stamps = sign_staged(ctx.runner, options.key, updates, options.validity)
+    finally:
+        stop_agent(ctx.runner, options.key.homedir)
+    for stamp in stamps:
+        ctx.progress.info(f"updates/{stamp.ref}: index current until "
+                          f"{date_text(stamp.expires)}")
 
 
 def stamp_summary(ctx: Context, repo: Path, target: str, scratch: Path) -> None:
@@ -286,9 +315,11 @@ def _s3_plan(target: str, repo: Path, extras: Path) -> list[tuple[str, list[list
                       *sync(repo / "objects", "repo/objects", "--exclude", "*", "--include",
                             "*.commitmeta"),
                       *sync(repo / "delta-indexes", "repo/delta-indexes"),
-                      *sync(extras, "", "--exclude", "*/index.json*")]),
+                      *sync(extras, "", "--exclude", "*/index.json*", "--exclude",
+                            "*/timestamp.json*")]),
         ("refs", [*sync(repo / "refs", "repo/refs"),
                   *copy(repo / "summary", "repo/summary"),
                   *copy(repo / "summary.sig", "repo/summary.sig"),
-                  *sync(extras, "", "--exclude", "*", "--include", "*/index.json*")]),
+                  *sync(extras, "", "--exclude", "*", "--include", "*/index.json*",
+                             "--include", "*/timestamp.json*")]),
     ]

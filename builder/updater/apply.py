@@ -28,16 +28,32 @@ def apply_delta_file(system: System, delta: Path, commit: str, remote: str,
         system.ostree("static-delta", "apply-offline", str(delta))
     except ToolError as exc:
         raise UpdateRefused(f"{delta.name}: ostree could not apply it: "
-                            f"{exc.stderr.strip().splitlines()[-1] if exc.stderr.strip() else exc}"
-                            ) from exc
+                            f"{_reason(exc)}") from exc
     verify_commit(system, commit, remote, keyrings)
 
 
 def pull(system: System, remote: str, ref: str, url: str | None = None) -> str:
     """`ostree pull REMOTE REF` (verified by ostree itself, with the remote's keys whatever
     `url` the bytes come from); the commit it fetched."""
-    system.ostree("pull", *([f"--url={url}"] if url else []), remote, ref)
+    try:
+        system.ostree("pull", *([f"--url={url}"] if url else []), remote, ref)
+    except ToolError as exc:
+        # The status keeps one line: ostree's own reason (a bad summary signature, corrupt
+        # data) is the one that tells the admin what happened.
+        raise UpdateRefused(f"ostree pull {remote}:{ref} failed: {_reason(exc)}",
+                            hint="the device keeps its commit") from exc
     return system.ostree("rev-parse", f"{remote}:{ref}").strip()
+
+
+def _reason(exc: ToolError) -> str:
+    """ostree's own reason on one line: its last `error:` message with the lines that
+    continue it (a GPG failure goes on with "BAD signature from ..."), else its last line."""
+    lines = [line.strip() for line in exc.stderr.strip().splitlines() if line.strip()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    if not lines:
+        return f"exit code {exc.returncode}"
+    reason = lines[starts[-1]:] if starts else lines[-1:]
+    return "; ".join(reason).removeprefix("error: ")
 
 
 def verify_commit(system: System, commit: str, remote: str, keyrings: list[Path]) -> None:

@@ -15,6 +15,15 @@ from builder.core.runner import Runner
 from builder.updater import apply
 from builder.updater.config import UpdateConfig
 from builder.updater.download import Download, Limits, Transfer
+from builder.updater.freshness import (
+    ACCEPTED,
+    TIMESTAMP,
+    TIMESTAMP_SIGNATURE,
+    AcceptedFile,
+    check_fresh,
+    date_text,
+    parse_timestamp,
+)
 from builder.updater.index import (
     INDEX,
     SIGNATURE,
@@ -42,6 +51,7 @@ class Run:
         self.system = System(root, runner)
         self.config = config
         self.status_file = status_file
+        self.accepted = AcceptedFile(status_file.path.parent / ACCEPTED)
         self.log = log
         self.status = Status()
         self.method = ""
@@ -151,6 +161,14 @@ class Run:
         timeout = float(self.config.timeout_seconds)
         index = fetch_small(base + INDEX, timeout)
         if index is None:
+            accepted = self.accepted.get(booted.ref)
+            if accepted is not None:
+                # A mirror that drops the index would leave the device to a summary that
+                # may be replayed: once it has had a signed index, it wants one.
+                raise UpdateRefused(f"{base + INDEX} is gone, but this device accepted an "
+                                    f"index for {booted.ref} issued {date_text(accepted.issued)}: "
+                                    "refusing to fall back to the summary alone",
+                                    hint="publish the index again (`publish --gpg-key ...`)")
             self.log(f"no update index at {base + INDEX}: falling back to ostree pull")
             return None
         signature = fetch_small(base + SIGNATURE, timeout)
@@ -161,10 +179,29 @@ class Run:
         key = verify_signature(self.system.runner, index.data, signature.data, keyrings,
                                base + INDEX)
         parsed = parse_index(index.data, booted.ref, base + INDEX)
+        self._check_fresh(base, index.data, booted.ref, keyrings)
         self.log(f"index {base + INDEX}: signed by {key[-16:]}, newest "
                  f"{parsed.to_commit[:12]} ({parsed.to_version or 'no version'}), "
                  f"{len(parsed.files)} delta files")
         return parsed
+
+    def _check_fresh(self, base: str, index: bytes, ref: str, keyrings: list[Path]) -> None:
+        """The index is the current one: its signed timestamp names it, has not expired and
+        is not older than one this device accepted (builder/updater/freshness.py)."""
+        timeout = float(self.config.timeout_seconds)
+        url = base + TIMESTAMP
+        stamp = fetch_small(url, timeout)
+        signature = fetch_small(base + TIMESTAMP_SIGNATURE, timeout) if stamp else None
+        if stamp is None or signature is None:
+            missing = url if stamp is None else base + TIMESTAMP_SIGNATURE
+            raise UpdateRefused(f"{missing} is missing: the index has no signed statement "
+                                "that it is current", hint="publish with `--gpg-key`")
+        self.metadata_bytes += len(stamp.data) + len(signature.data)
+        verify_signature(self.system.runner, stamp.data, signature.data, keyrings, url)
+        parsed = parse_timestamp(stamp.data, url)
+        check_fresh(parsed, ref, index, accepted=self.accepted.get(ref), now=time.time(),
+                    what=url)
+        self.accepted.put(parsed)
 
     def _fetch(self, index: Index | None, booted: Booted, remote: str,
                keyrings: list[Path]) -> str:
@@ -179,7 +216,14 @@ class Run:
             self.method = "pull"
             self._set("downloading", f"ostree pull {remote}:{booted.ref}", method="pull",
                       target=index.to_commit if index else "")
-            return self._pull(remote, booted.ref)
+            pulled = self._pull(remote, booted.ref)
+            if index is not None and pulled != index.to_commit:
+                # The summary ostree followed names another commit than the signed, current
+                # index: an old summary served to keep the device where it is.
+                raise UpdateRefused(f"the summary of {remote!r} names {pulled[:12]} for "
+                                    f"{booted.ref}, the signed index {index.to_commit[:12]}: "
+                                    "a stale or replayed summary; nothing is staged")
+            return pulled
         self.method, self.delta = "delta-file", delta
         staged = self._download(index, delta, remote, booted)
         self._set("applying", f"{delta.file}")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.signing import gnupg_home
 from tests.support.cli import run_cli
 from tests.support.keys import make_release_key
 
@@ -28,6 +29,7 @@ def env_file(path: Path) -> dict[str, str]:
 
 
 def secret_keys(homedir: str) -> str:
+    homedir = str(gnupg_home(Path(homedir)))  # a deep tmp_path is too long for its sockets
     listing = subprocess.run(["gpg", "--homedir", homedir, "--with-colons",
                               "--list-secret-keys"], check=True, capture_output=True,
                              text=True).stdout

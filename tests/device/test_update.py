@@ -10,133 +10,58 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from builder.core.ostree import Repo, commit_signed, delta_dir
+from builder.core.ostree import commit_signed
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import ensure_sample_key, sign_detached, stop_agent
-from builder.device.boot import boot
-from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
+from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
-from builder.device.sysroot import Device, release_deployments
+from builder.device.sysroot import release_deployments
 from builder.device.update import (
     STATUS,
-    UPDATER,
     UpdateFailed,
     UpdateOptions,
-    UpdateReport,
     run_updater,
 )
-from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
-from tests.device.test_scenarios import make_ctx
+from builder.publish.offline import INDEX, offline_name
+from tests.device.site import (
+    SIM,
+    booted_device,
+    offer,
+    refused,
+    sign_index,
+    site,
+    status,
+    updates,
+)
 from tests.support import requires
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("booting the simulated device makes a network namespace")]
-SIM = {"retry_delay_seconds": 0, "timeout_seconds": 20}
-
-
 @pytest.fixture(autouse=True)
 def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
     yield
     release_deployments(tmp_path, Runner())
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> UpdatePair:
-    build = tmp_path_factory.mktemp("update-commits")
-    return build_sample_pair(make_ctx(build), build / "server/repo", 256 * 1024)
-
-
-def _site(pair: UpdatePair, tmp_path: Path) -> Path:
-    """A copy of the published site (repo/, updates/) this test may tamper with."""
-    site = tmp_path / "site"
-    shutil.copytree(pair.repo, site / "repo", symlinks=True)
-    shutil.copytree(pair.repo.parent / "updates", site / "updates")
-    return site / "repo"
-
-
-def _booted_device(pair: UpdatePair, tmp_path: Path, commit: str | None = None) -> Device:
-    device = Device(tmp_path / "device", Runner(), Progress())
-    device.init("edge")
-    deployment = device.install(pair.repo, pair.ref, commit=commit or pair.v1,
-                                gpg_key=pair.public_key)
-    # Short greenboot waits, as the scenarios set them (/etc carries over to v2).
-    device.write_greenboot_conf(deployment, {"MICROSHIFT_WAIT_TIMEOUT_SEC": "1"})
-    with ApiServer() as api:
-        assert boot(device, api, {}).healthy
-    return device
-
-
-def _updates(repo: Path) -> Path:
-    return repo.parent / "updates" / SAMPLE_REF
-
-
-def _status(device: Device) -> str:
-    root = device.state_dir / "root"
-    proc = subprocess.run([root / UPDATER, "--root", root, "status"], capture_output=True,
-                          text=True, check=False)
-    return proc.stdout.strip()
-
-
-def _refused(device: Device, repo: Path, pair: UpdatePair, words: str, *,
-             offered: str | None = None, config: dict[str, object] | None = None
-             ) -> UpdateReport:
-    before = [d.id for d in device.deployments()]
-    with pytest.raises(UpdateFailed) as caught:
-        run_updater(device, repo, UpdateOptions(config={**SIM, **(config or {})}))
-    assert words in str(caught.value)
-    assert [d.id for d in device.deployments()] == before
-    assert device.grubenv.counter() is None
-    assert not device.repo.has_commit(offered or pair.v2)
-    assert _status(device).startswith("failed: ") and words in _status(device)
-    return caught.value.report
-
-
-def _offer(pair: UpdatePair, repo_path: Path, source: str, target: str,
-           version: str | None) -> None:
-    """Publish a delta file source -> target and an index offering it, signed with the key
-    the device trusts."""
-    repo = Repo(repo_path, Runner())
-    if f"{source}-{target}" in repo.delta_list():
-        repo.delta_delete(source, target)
-    repo.delta_generate(target, source, extra=["--min-fallback-size=0"])
-    out = _updates(repo_path)
-    for old in out.glob("*.delta"):
-        old.unlink()
-    offline = write_offline_file(delta_dir(repo_path, source, target),
-                                 out / offline_name(source, target), None)
-    (out / INDEX).write_text(index_json(SAMPLE_REF, target, version, [offline]))
-    _sign_index(pair, out / INDEX)
-
-
-def _sign_index(pair: UpdatePair, index: Path) -> None:
-    """Sign with the key the device trusts."""
-    runner = Runner()
-    homedir = pair.public_key.parent if pair.public_key else pair.repo
-    key = ensure_sample_key(runner, Progress(), homedir, 0)
-    sign_detached(runner, key, index)
-    stop_agent(runner, homedir)
-
-
 def test_only_the_delta_file_crosses_the_link_and_v2_is_staged(pair: UpdatePair,
                                                                tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert report.method == "delta-file" and deployment.checksum == pair.v2
-    delta = (_updates(pair.repo) / offline_name(pair.v1, pair.v2)).stat().st_size
+    delta = (updates(pair.repo) / offline_name(pair.v1, pair.v2)).stat().st_size
     assert report.delta_bytes == delta
     assert report.bytes_on_wire == delta + report.metadata_bytes
     assert report.bytes_on_wire <= 1.02 * delta
     assert [d.checksum for d in device.deployments()] == [pair.v2, pair.v1]
     assert device.grubenv.counter() == 3  # greenboot now judges v2
-    assert _status(device).startswith(f"staged 4.14.2-sample.2 ({pair.v2[:12]})")
+    assert status(device).startswith(f"staged 4.14.2-sample.2 ({pair.v2[:12]})")
     assert not any((device.stateroot_var / "lib/microshift-update/staging").glob("*"))
     again, _ = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert again.method is None and "already staged" in " ".join(again.log)
@@ -147,7 +72,7 @@ def test_on_a_boot_greenboot_found_unhealthy_the_updater_touches_nothing(
     """A red boot (the timer may fire before redboot reboots) must not overwrite what was
     staged: the run on the rolled-back deployment reads it to know the update failed (the VM
     tier found the updater staging a rolled-back update again when it did)."""
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     units = device.state_dir / "root/run/device-sim/units"
     (units / "greenboot-healthcheck.service.is-active").write_text("failed\n")
     status = device.state_dir / "root" / STATUS
@@ -163,13 +88,13 @@ def test_on_a_boot_greenboot_found_unhealthy_the_updater_touches_nothing(
 
 def test_a_cut_run_leaves_the_part_and_the_next_run_resumes_it(pair: UpdatePair,
                                                                tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     with pytest.raises(UpdateFailed) as caught:
         run_updater(device, pair.repo, UpdateOptions(
             interruptions=1, seed=7, config={**SIM, "retries": 0}))
     first = caught.value.report
     assert first.interruptions == 1 and device.deployments()[0].checksum == pair.v1
-    assert _status(device).startswith("failed: download of ")
+    assert status(device).startswith("failed: download of ")
     report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert deployment.checksum == pair.v2
     delta = report.delta_bytes or 0
@@ -179,45 +104,45 @@ def test_a_cut_run_leaves_the_part_and_the_next_run_resumes_it(pair: UpdatePair,
 
 
 def test_a_delta_file_altered_by_one_byte_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
-    repo = _site(pair, tmp_path)
-    delta = _updates(repo) / offline_name(pair.v1, pair.v2)
+    repo = site(pair, tmp_path)
+    delta = updates(repo) / offline_name(pair.v1, pair.v2)
     data = bytearray(delta.read_bytes())
     data[len(data) // 2] ^= 0x01
     delta.write_bytes(bytes(data))
-    _refused(_booted_device(pair, tmp_path), repo, pair, "the signed index says")
+    refused(booted_device(pair, tmp_path), repo, pair, "the signed index says")
 
 
 def test_an_index_altered_by_one_byte_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
-    repo = _site(pair, tmp_path)
-    index = _updates(repo) / INDEX
+    repo = site(pair, tmp_path)
+    index = updates(repo) / INDEX
     index.write_text(index.read_text().replace("sample.2", "sample.3"))
-    _refused(_booted_device(pair, tmp_path), repo, pair, "signature does not verify")
+    refused(booted_device(pair, tmp_path), repo, pair, "signature does not verify")
 
 
 def test_an_index_signed_by_another_key_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
-    repo = _site(pair, tmp_path)
+    repo = site(pair, tmp_path)
     runner = Runner()
     other = ensure_sample_key(runner, Progress(), tmp_path / "other-gpg", 1700000000)
-    sign_detached(runner, other, _updates(repo) / INDEX)
+    sign_detached(runner, other, updates(repo) / INDEX)
     stop_agent(runner, other.homedir)
-    _refused(_booted_device(pair, tmp_path), repo, pair, "signature does not verify")
+    refused(booted_device(pair, tmp_path), repo, pair, "signature does not verify")
 
 
 def test_an_index_without_its_signature_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
-    repo = _site(pair, tmp_path)
-    (_updates(repo) / (INDEX + ".sig")).unlink()
-    _refused(_booted_device(pair, tmp_path), repo, pair, "has no signature")
+    repo = site(pair, tmp_path)
+    (updates(repo) / (INDEX + ".sig")).unlink()
+    refused(booted_device(pair, tmp_path), repo, pair, "has no signature")
 
 
 def test_a_delta_to_an_unsigned_commit_is_refused(pair: UpdatePair, tmp_path: Path) -> None:
     """The publisher's mistake, not an attack: v2 lost its signature before the delta was
     made. The index is signed properly; the commit is not, so nothing is staged."""
-    repo_path = _site(pair, tmp_path)
+    repo_path = site(pair, tmp_path)
     # An archive repository keeps a commit's signatures in its detached metadata file.
     (repo_path / "objects" / pair.v2[:2] / f"{pair.v2[2:]}.commitmeta").unlink()
     assert not commit_signed(Runner(), repo_path, pair.v2)
-    _offer(pair, repo_path, pair.v1, pair.v2, None)
-    _refused(_booted_device(pair, tmp_path), repo_path, pair,
+    offer(pair, repo_path, pair.v1, pair.v2, None)
+    refused(booted_device(pair, tmp_path), repo_path, pair,
              "does not verify with the keys of remote 'edge'")
 
 
@@ -225,10 +150,10 @@ def test_an_older_commit_is_refused_unless_the_admin_allows_downgrades(
         pair: UpdatePair, tmp_path: Path) -> None:
     """A replayed old index (properly signed, with a properly signed commit) must not roll a
     device back: the commit's timestamp is older than the booted one's."""
-    repo = _site(pair, tmp_path)
-    _offer(pair, repo, pair.v2, pair.v1, "4.14.2-sample.1")
-    device = _booted_device(pair, tmp_path, commit=pair.v2)
-    _refused(device, repo, pair, f"commit {pair.v1[:12]} is older than the booted commit "
+    repo = site(pair, tmp_path)
+    offer(pair, repo, pair.v2, pair.v1, "4.14.2-sample.1")
+    device = booted_device(pair, tmp_path, commit=pair.v2)
+    refused(device, repo, pair, f"commit {pair.v1[:12]} is older than the booted commit "
              f"{pair.v2[:12]}: a downgrade", offered=pair.v1)
     report, deployment = run_updater(device, repo, UpdateOptions(
         config={**SIM, "allow_downgrade": True}))
@@ -238,10 +163,10 @@ def test_an_older_commit_is_refused_unless_the_admin_allows_downgrades(
 
 def test_a_remote_that_does_not_verify_signatures_is_refused(pair: UpdatePair,
                                                             tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     device.runner.run(["ostree", f"--repo={device.repo.path}", "config", "set",
                        '--group=remote "edge"', "gpg-verify", "false"])
-    report = _refused(device, pair.repo, pair, "remote 'edge' has gpg-verify=false: "
+    report = refused(device, pair.repo, pair, "remote 'edge' has gpg-verify=false: "
                       "microshift-update installs signed commits only")
     assert report.requests == 0
 
@@ -250,13 +175,13 @@ def test_a_delta_file_over_the_staging_bound_is_not_downloaded(pair: UpdatePair,
                                                               tmp_path: Path) -> None:
     """The signed index says how big the file is; over staging_max_bytes, not a byte of it
     is fetched."""
-    repo = _site(pair, tmp_path)
-    index = _updates(repo) / INDEX
+    repo = site(pair, tmp_path)
+    index = updates(repo) / INDEX
     data = json.loads(index.read_text())
     data["files"][0]["bytes"] = 2 * 1024 * 1024
     index.write_text(json.dumps(data))
-    _sign_index(pair, index)
-    report = _refused(_booted_device(pair, tmp_path), repo, pair,
+    sign_index(pair, index)
+    report = refused(booted_device(pair, tmp_path), repo, pair,
                       f"{offline_name(pair.v1, pair.v2)} is 2097152 bytes, over "
                       "staging_max_bytes 1048576", config={"staging_max_bytes": 1048576})
     assert report.bytes_on_wire == report.metadata_bytes
@@ -264,19 +189,19 @@ def test_a_delta_file_over_the_staging_bound_is_not_downloaded(pair: UpdatePair,
 
 def test_a_device_on_the_newest_commit_fetches_nothing_more(pair: UpdatePair,
                                                            tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path, commit=pair.v2)
+    device = booted_device(pair, tmp_path, commit=pair.v2)
     report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert report.method is None and deployment.checksum == pair.v2
     assert report.bytes_on_wire == report.metadata_bytes  # the index and its signature
     assert [d.checksum for d in device.deployments()] == [pair.v2]
-    assert _status(device).startswith(f"idle: up to date: {pair.v2[:12]} is the newest "
+    assert status(device).startswith(f"idle: up to date: {pair.v2[:12]} is the newest "
                                       f"commit of {SAMPLE_REF} (since ")
 
 
 def test_without_an_index_the_updater_pulls_the_ref(pair: UpdatePair, tmp_path: Path) -> None:
-    repo = _site(pair, tmp_path)
+    repo = site(pair, tmp_path)
     shutil.rmtree(repo.parent / "updates")
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     report, deployment = run_updater(device, repo, UpdateOptions(config=SIM))
     assert report.method == "pull" and deployment.checksum == pair.v2
     assert "falling back to ostree pull" in " ".join(report.log)
@@ -286,9 +211,9 @@ def test_a_capped_pull_takes_every_byte_through_the_relay(pair: UpdatePair,
                                                          tmp_path: Path) -> None:
     """ostree has no rate limit: with max_bytes_per_second the fallback pull goes through
     the updater's relay, which stays under the cap, and ostree still verifies the commit."""
-    repo = _site(pair, tmp_path)
+    repo = site(pair, tmp_path)
     shutil.rmtree(repo.parent / "updates")
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     cap = 200_000
     report, deployment = run_updater(device, repo, UpdateOptions(
         config={**SIM, "max_bytes_per_second": cap}))
@@ -303,17 +228,17 @@ def test_a_capped_pull_takes_every_byte_through_the_relay(pair: UpdatePair,
 
 def test_a_bad_update_yaml_stops_the_updater_naming_the_key(pair: UpdatePair,
                                                             tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     with pytest.raises(UpdateFailed) as caught:
         run_updater(device, pair.repo, UpdateOptions(config={"max_bytes_per_second": -5}))
     assert caught.value.report.exit_code == 2 and caught.value.report.requests == 0
-    assert "max_bytes_per_second" in _status(device)
+    assert "max_bytes_per_second" in status(device)
     assert device.deployments()[0].checksum == pair.v1
 
 
 def test_an_update_greenboot_rolled_back_is_not_staged_again(pair: UpdatePair,
                                                              tmp_path: Path) -> None:
-    device = _booted_device(pair, tmp_path)
+    device = booted_device(pair, tmp_path)
     run_updater(device, pair.repo, UpdateOptions(config=SIM))
     with ApiServer() as api:
         boots = boot_until_settled(device, api, {pair.v2: Health(ready_after=None)})
@@ -321,6 +246,6 @@ def test_an_update_greenboot_rolled_back_is_not_staged_again(pair: UpdatePair,
     report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
     assert report.method is None and deployment.checksum == pair.v1
     assert report.bytes_on_wire == report.metadata_bytes  # the index only, no delta file
-    assert "was rolled back by greenboot on this device" in _status(device)
+    assert "was rolled back by greenboot on this device" in status(device)
     remembered = device.stateroot_var / "lib/microshift-update/rolled-back"
     assert remembered.read_text().split() == [pair.v2]

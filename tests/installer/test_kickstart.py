@@ -164,7 +164,8 @@ def test_post_install_sets_remote_config_greenboot_and_firewall() -> None:
 def test_signed_commit_verifies_with_the_given_key(gpg_key: Path) -> None:
     text = render("network", context(gpg_verify=True, gpg_key=gpg_key))
     assert "--nogpg" not in text
-    assert "--set=gpg-verify=true --set=gpgkeypath=/etc/pki/ostree/edge.gpg" in text
+    assert ("--set=gpg-verify=true --set=gpg-verify-summary=true "
+            "--set=gpgkeypath=/etc/pki/ostree/edge.gpg") in text
     handler = parse(text)
     pre = [s for s in handler.scripts if "trusted.gpg.d" in s.script]
     assert pre and "mQENBFtest-stand-in" in pre[0].script

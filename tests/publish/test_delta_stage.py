@@ -169,12 +169,17 @@ def test_a_signed_rerun_writes_the_same_index_and_signature(
     chain = make_chain(tmp_path, 2)
     out = report_dir(chain.build, REF)
     deltas(chain, key=release_key[0])
-    signed = f"    signed {out / 'index.json'} with {release_key[0].key_id}\n"
+    signed = f"    signed {out / 'index.json'} with {release_key[0].key_id}, current until "
     assert signed in capfd.readouterr().err
     first = {name: (out / name).read_bytes() for name in ("index.json", "index.json.sig")}
+    stamp = json.loads((out / "timestamp.json").read_text())
     time.sleep(1.1)  # a signature dated "now" would differ
     deltas(chain, key=release_key[0])
     assert {name: (out / name).read_bytes() for name in first} == first
+    # The statement that the index is current is the one thing dated now (a week's worth).
+    again = json.loads((out / "timestamp.json").read_text())
+    assert again["issued"] > stamp["issued"] and again["index_sha256"] == stamp["index_sha256"]
+    assert again["expires"] - again["issued"] == 7 * 24 * 3600
 
 
 def test_an_unsigned_run_drops_the_old_signature_and_says_so(
@@ -186,6 +191,7 @@ def test_an_unsigned_run_drops_the_old_signature_and_says_so(
     capfd.readouterr()
     deltas(chain)
     assert not (out / "index.json.sig").exists()  # it signed another index
+    assert not (out / "timestamp.json").exists() and not (out / "timestamp.json.sig").exists()
     assert (f"WARNING: {out / 'index.json'} is not signed (no --gpg-key): devices' updaters "
             "refuse an unsigned index") in capfd.readouterr().err
 

@@ -1,0 +1,136 @@
+"""The update index's freshness: a signed statement that the index is the current one.
+
+Beside each ref's index, `deltas --gpg-key` and `publish --gpg-key` write
+
+    updates/REF/timestamp.json      {format, ref, index_sha256, issued, expires}
+    updates/REF/timestamp.json.sig  a detached GPG signature of timestamp.json
+
+The index stays byte-reproducible (its signature time is the release's); this small file is
+signed with the wall clock, as TUF's timestamp role is, and `publish` signs it again with a
+fresh date every time it runs. Without it, a mirror or a man in the middle could serve an old,
+correctly signed index (or summary) forever and keep a device on an old release without a
+word: a freeze attack. A device refuses a statement that does not verify, names another ref
+or another index, has expired, or was issued before one it has already accepted (a replay);
+it stays on its commit and `microshift-update status` says why.
+
+Device clocks: a device whose clock is behind accepts an expired statement for as long as it
+is behind (it cannot know better); one whose clock is ahead refuses a valid one until the
+next publish. The validity (default 7 days) is the release engineer's trade between the two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.updater.index import CHECKSUM, UpdateRefused
+
+TIMESTAMP = "timestamp.json"
+TIMESTAMP_SIGNATURE = "timestamp.json.sig"
+TIMESTAMP_FORMAT = "microshift-edge-builder/index-timestamp/v1"
+DEFAULT_VALIDITY_SECONDS = 7 * 24 * 3600
+ACCEPTED = "accepted-index.json"   # in the updater's state directory: ref -> newest statement
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    ref: str
+    index_sha256: str
+    issued: int
+    expires: int
+
+    def to_json(self) -> str:
+        return json.dumps({"format": TIMESTAMP_FORMAT, "ref": self.ref,
+                           "index_sha256": self.index_sha256, "issued": self.issued,
+                           "expires": self.expires}, indent=2, sort_keys=True) + "\n"
+
+
+def timestamp_for(ref: str, index: bytes, validity_seconds: int,
+                  now: float | None = None) -> Timestamp:
+    issued = int(time.time() if now is None else now)
+    return Timestamp(ref, hashlib.sha256(index).hexdigest(), issued, issued + validity_seconds)
+
+
+def parse_timestamp(data: bytes, what: str) -> Timestamp:
+    try:
+        document = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise UpdateRefused(f"{what}: not a JSON document ({exc})") from exc
+    if not isinstance(document, dict) or document.get("format") != TIMESTAMP_FORMAT:
+        raise UpdateRefused(f"{what}: format is not {TIMESTAMP_FORMAT}")
+    ref, digest = document.get("ref"), document.get("index_sha256")
+    issued, expires = document.get("issued"), document.get("expires")
+    if not isinstance(ref, str) or not isinstance(digest, str) or not CHECKSUM.match(digest) \
+            or not isinstance(issued, int) or not isinstance(expires, int) \
+            or not _seconds(issued) or not _seconds(expires) or expires <= issued:
+        raise UpdateRefused(f"{what}: needs ref, index_sha256 (64 hex digits), and issued "
+                            "before expires (seconds since the epoch)")
+    return Timestamp(ref, digest, issued, expires)
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 40
+
+
+def check_fresh(stamp: Timestamp, ref: str, index: bytes, *, accepted: Timestamp | None,
+                now: float, what: str) -> None:
+    """Refuse a statement for another ref or index, an expired one, or a replayed one."""
+    hint = ("the device keeps its commit; `publish --gpg-key ...` signs a fresh statement, "
+            "or the server is not serving what was published")
+    if stamp.ref != ref:
+        raise UpdateRefused(f"{what}: names ref {stamp.ref!r}, the device tracks {ref!r}",
+                            hint=hint)
+    if stamp.index_sha256 != hashlib.sha256(index).hexdigest():
+        raise UpdateRefused(f"{what}: names another index than the one served (index.json "
+                            "changed without a new statement, or an old index is replayed)",
+                            hint=hint)
+    if now >= stamp.expires:
+        raise UpdateRefused(f"{what}: expired at {date_text(stamp.expires)} (issued "
+                            f"{date_text(stamp.issued)}): a stale or replayed index", hint=hint)
+    if accepted is not None and (stamp.issued < accepted.issued or (
+            stamp.issued == accepted.issued and stamp.index_sha256 != accepted.index_sha256)):
+        raise UpdateRefused(f"{what}: issued {date_text(stamp.issued)}, before the statement "
+                            f"this device accepted on {date_text(accepted.issued)}: a replayed "
+                            "index", hint=hint)
+
+
+def date_text(seconds: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+
+
+class AcceptedFile:
+    """The newest statement the device accepted, per ref: what a replay is measured by."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _all(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, ref: str) -> Timestamp | None:
+        entry = self._all().get(ref)
+        if not isinstance(entry, dict):
+            return None
+        try:
+            return Timestamp(ref, str(entry["index_sha256"]), int(entry["issued"]),
+                             int(entry["expires"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, stamp: Timestamp) -> None:
+        entries = self._all()
+        entries[stamp.ref] = {"index_sha256": stamp.index_sha256, "issued": stamp.issued,
+                              "expires": stamp.expires}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".new")
+        tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.path)
