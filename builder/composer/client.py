@@ -30,6 +30,12 @@ from typing import Any
 import requests
 from urllib3.exceptions import NewConnectionError
 
+from builder.composer.bounds import (
+    IMAGE_MAX_BYTES,
+    AnswerDeadline,
+    answer_deadline,
+    read_bounded,
+)
 from builder.composer.transport import UNIX_HOST, UNIX_SCHEME, unix_session
 from builder.core.errors import BuildError
 from builder.core.progress import Progress, human_bytes
@@ -182,19 +188,20 @@ class WeldrClient:
 
     def delete_blueprint(self, name: str) -> None:
         what = f"delete blueprint {name} on the service"
-        self._json(self._request("DELETE", f"/blueprints/delete/{name}", what=what), what)
+        resp = self._request("DELETE", f"/blueprints/delete/{name}", what=what)
+        _acknowledged(resp, self._json(resp, what), what)
 
     def push_blueprint(self, toml_text: str) -> None:
         """POST /blueprints/new with the TOML body, as `composer-cli blueprints push` does."""
-        resp = self._request("POST", "/blueprints/new", what="push the blueprint",
-                             data=toml_text.encode(),
+        what = "push the blueprint"
+        resp = self._request("POST", "/blueprints/new", what=what, data=toml_text.encode(),
                              headers={"Content-Type": "text/x-toml"})
-        self._json(resp, "push the blueprint")
+        _acknowledged(resp, self._json(resp, what), what)
 
     def push_blueprint_json(self, blueprint: dict[str, Any]) -> None:
-        resp = self._request("POST", "/blueprints/new", what="push the blueprint",
-                             json_body=blueprint)
-        self._json(resp, "push the blueprint")
+        what = "push the blueprint"
+        resp = self._request("POST", "/blueprints/new", what=what, json_body=blueprint)
+        _acknowledged(resp, self._json(resp, what), what)
 
     def depsolve(self, name: str) -> list[dict[str, Any]]:
         """The blueprint's full package set; raises ComposerError on a depsolve failure."""
@@ -251,6 +258,10 @@ class WeldrClient:
         if resp.status_code >= 400:
             self._json(resp, what)
         expected = _content_length(resp, what)
+        if expected > IMAGE_MAX_BYTES:
+            resp.close()
+            raise BuildError(f"composer: {what}: the service announces {human_bytes(expected)}, "
+                             f"over the {human_bytes(IMAGE_MAX_BYTES)} an image may have")
         progress.info(f"downloading {uuid} -> {dest}"
                       + (f" ({human_bytes(expected)})" if expected else ""), bytes=expected)
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -277,6 +288,10 @@ class WeldrClient:
         for chunk in self._chunks(resp, what):
             out.write(chunk)
             written += len(chunk)
+            if written > IMAGE_MAX_BYTES:
+                raise BuildError(f"composer: {what}: the download goes on past "
+                                 f"{human_bytes(IMAGE_MAX_BYTES)}: not an image this tool "
+                                 "takes (nothing is kept)")
             if written >= next_report:
                 total = f" of {human_bytes(expected)}" if expected else ""
                 progress.info(f"  {human_bytes(written)}{total}", bytes=written)
@@ -295,14 +310,20 @@ class WeldrClient:
     def _request(self, method: str, path: str, *, what: str, json_body: Any = None,
                  data: bytes | None = None, headers: dict[str, str] | None = None,
                  stream: bool = False) -> requests.Response:
+        """One answer, retried on transient failures. A whole answer (headers and body) must
+        come within `timeout` and hold at most ANSWER_MAX_BYTES; a streamed one (an image
+        download) is read by the caller, each read within `timeout`."""
         url = f"{self.endpoint.base()}{API_PREFIX}{path}"
         failures = 0
         while True:
             try:
-                resp = self.session.request(method, url, json=json_body, data=data,
-                                            headers=headers, stream=stream,
-                                            timeout=self.timeout)
-            except requests.Timeout as exc:
+                with answer_deadline(self.timeout):
+                    resp = self.session.request(method, url, json=json_body, data=data,
+                                                headers=headers, stream=True,
+                                                timeout=self.timeout)
+                    if not stream:
+                        read_bounded(resp, what)
+            except (AnswerDeadline, requests.Timeout) as exc:
                 raise self._timeout_error(what) from exc
             except requests.ConnectionError as exc:
                 if _refused(exc):
@@ -348,8 +369,14 @@ class WeldrClient:
 
     def _timeout_error(self, what: str) -> BuildError:
         return BuildError(f"composer: {what}: no answer from {self.endpoint.describe()} "
-                          f"within {self.timeout:g}s",
+                          f"within {self.timeout:g}s (a whole answer: headers and body)",
                           hint="the service may be overloaded; raise --timeout")
+
+
+def _acknowledged(resp: requests.Response, body: dict[str, Any], what: str) -> None:
+    if body.get("status") is not True:
+        raise BuildError(f"composer: {what}: the service's answer is not a Weldr "
+                         f"acknowledgement ({{\"status\": true}}): {resp.text[:120]!r}")
 
 
 def _content_length(resp: requests.Response, what: str) -> int:
