@@ -26,7 +26,7 @@ class _Hostile(BaseHTTPRequestHandler):
     mode: ClassVar[str] = "dribble"
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         try:
@@ -50,7 +50,7 @@ class _Hostile(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         """A 200 that is no Weldr acknowledgement (a proxy's page, another service)."""
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         body = b'{"result": "stored"}'
