@@ -115,9 +115,17 @@ def interrupt_after(wanted: str) -> Any:
     return checkpoint
 
 
+def consistent_statement(updates: Path) -> bool:
+    """What a device checks: the signed statement names the index being served."""
+    stamp = json.loads((updates / "timestamp.json").read_text())
+    return stamp["index_sha256"] == hashlib.sha256((updates / "index.json").read_bytes()
+                                                   ).hexdigest()
+
+
 @integration
+@pytest.mark.parametrize("phase", ["objects", "metadata"])
 def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
-        composed_pair: ComposedPair, tmp_path: Path) -> None:
+        composed_pair: ComposedPair, tmp_path: Path, phase: str) -> None:
     pair, target = composed_pair, tmp_path / "target"
     old = released_build(pair, tmp_path / "old", pair.commit1)
     assert cli("--release", pair.release2, "publish", "--build-dir", old, "--to", target) == 0
@@ -128,17 +136,19 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     old_index = (updates / "index.json").read_bytes()
     ctx = Context(build_dir=new, release_path=pair.release2, progress=Progress())
     with pytest.raises(Interrupted):
-        publish(ctx, PublishOptions(target=str(target), checkpoint=interrupt_after("metadata")))
+        publish(ctx, PublishOptions(target=str(target), checkpoint=interrupt_after(phase)))
     published = target / "repo"
     # Every object of the new commit is there, yet the refs and summary still name the old.
     assert head(published, pair.ref) == pair.commit1
     ostree(f"--repo={published}", "fsck")
     assert ostree(f"--repo={published}", "ls", pair.commit2, "/usr/bin/microshift").returncode == 0
-    assert (target / "sbom" / pair.ref / f"{pair.commit2}.spdx.json").is_file()
-    # The delta files are up, but the new index that tells devices' updaters about them is
-    # not: it goes with the refs.
-    assert any(updates.glob(f"{pair.commit1}-{pair.commit2}.delta"))
+    if phase == "metadata":
+        assert (target / "sbom" / pair.ref / f"{pair.commit2}.spdx.json").is_file()
+        # The delta files are up, but the new index that tells devices' updaters about them
+        # is not: it goes with the refs.
+        assert any(updates.glob(f"{pair.commit1}-{pair.commit2}.delta"))
     assert (updates / "index.json").read_bytes() == old_index
+    assert consistent_statement(updates)
     with serve(published) as (url, _):
         device = device_repo(tmp_path / "device", url, pair.public_key)
         ostree(f"--repo={device}", "pull", "origin", pair.ref)
@@ -153,7 +163,7 @@ def test_publish_interrupted_before_the_refs_keeps_devices_on_the_old_release(
     assert (target / "updates" / pair.ref / "report.txt").is_file()
     assert (updates / "index.json").read_bytes() == \
         (new / "deltas" / pair.ref / "index.json").read_bytes() != old_index
-    assert (updates / "index.json.sig").is_file()
+    assert (updates / "index.json.sig").is_file() and consistent_statement(updates)
     # Publishing what is already there writes nothing but the signed statements that the
     # indexes are current, dated now (builder/updater/freshness.py).
     before = snapshot(target)
