@@ -100,6 +100,25 @@ def stage(system: System, booted: Booted, remote: str, commit: str) -> None:
     if system.is_host:
         args.insert(1, "--stage")
     system.admin(*args)
+    if system.is_host:
+        _start_finalize(system)
+
+
+FINALIZE = "ostree-finalize-staged.service"
+
+
+def _start_finalize(system: System) -> None:
+    """ostree-finalize-staged.path starts the finalize service when the staged deployment
+    appears, and its ExecStop writes the deployment at shutdown. A reboot asked for right
+    after staging can begin before the path unit has acted: the staged deployment is then
+    dropped (the VM tier saw it). Starting the service here closes that window."""
+    proc = system.runner.run(["systemctl", "start", FINALIZE], check=False)
+    if proc.returncode != 0:
+        reason = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise UpdateRefused(f"systemctl start {FINALIZE} failed"
+                            + (f": {reason[-1]}" if reason else "")
+                            + ": the staged deployment would be dropped at shutdown",
+                            hint="check `systemctl status ostree-finalize-staged.service`")
 
 
 def pending(system: System) -> str | None:
