@@ -1,8 +1,11 @@
-"""`python -m bench [build] [update] [publish] [ota] [arches] [realscale] [--rounds N] [--out DIR]`.
+"""`python -m bench [build] [update] [publish] [ota] [arches] [realscale] [signals] [--rounds N]
+[--out DIR]`.
 
 `nox -s bench` runs it.
 `realscale` (issue 11) is heavy (about half an hour on 2 cores) and runs only when named:
 `python -m bench realscale [--series hugo-0.163|hugo-0.152] [--releases N]`.
+`signals` (issue 32) kills each long command at random moments ROUNDS times per signal
+(`python -m bench signals --rounds 20`: about 2 hours) and runs only when named.
 """
 
 from __future__ import annotations
@@ -11,18 +14,19 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import arches, build_times, ota, publish, realscale, update_size
+from bench import arches, build_times, ota, publish, realscale, signals, update_size
 from bench.fixture import SERIES
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale")
+BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale", "signals")
 DEFAULT = ("build", "update", "publish", "ota", "arches")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("which", nargs="*",
-                        help="benchmarks: build, update, publish, ota, arches, realscale "
+                        help="benchmarks: build, update, publish, ota, arches, realscale, "
+                             "signals "
                              "(default: build update publish ota arches)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
@@ -54,6 +58,10 @@ def main() -> int:
         result = ota.measure(max(1, args.rounds // 2), args.out)
         (args.out / "ota.json").write_text(json.dumps(result, indent=2) + "\n")
         print(ota.report(result))
+    if "signals" in which:
+        result = signals.measure(args.rounds, args.release.resolve(), args.out)
+        (args.out / "signals.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(signals.report(result))
     if "arches" in which:
         result = arches.measure(max(1, args.rounds // 2), args.release.resolve())
         (args.out / "arches.json").write_text(json.dumps(result, indent=2) + "\n")
