@@ -96,7 +96,8 @@ def fuzz(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff, mypy --strict and the import layering (import-linter)."""
+    """ruff, mypy --strict, the import layering (import-linter) and no import cycles, counting
+    imports inside functions (ci/import_cycles.py)."""
     session.install("-e", ".[lint]")
     # The OVN-K and TopoLVM component plugins are Python scripts without a .py suffix.
     plugins = [str(p) for p in Path("specs/sources").glob("*/usr/lib/microshift/*/*/plugin")
@@ -104,6 +105,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "builder", "tests", "bench", "ci", "noxfile.py", *plugins)
     session.run("mypy")
     session.run("lint-imports")  # imports flow one way: commands -> stages -> core
+    session.run("python", "ci/import_cycles.py", "builder")  # imports inside functions too
 
 
 @nox.session(python=PYTHON)

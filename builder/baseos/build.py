@@ -27,8 +27,9 @@ from builder.baseos.tree import make_bootable_tree
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo
-from builder.core.steps import canonical_json, file_digest, tree_digest, write_atomic
+from builder.core.steps import canonical_json, file_digest, tree_digest
 from builder.rpm.repos import rpms_for
 
 # Bump when the tree's layout changes: it is part of the base's identity.

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.errors import BuildError, InputError
+from builder.core.files import write_atomic
 from builder.core.runner import Runner
-from builder.core.steps import write_atomic
 from builder.release.model import Release
 
 PROJECT_REPO = "microshift"

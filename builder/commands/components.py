@@ -55,7 +55,7 @@ def cmd_components_run(ctx: Context, args: argparse.Namespace) -> int:
         run_components,
         write_kustomize_dir,
     )
-    from builder.core.steps import write_atomic
+    from builder.core.files import write_atomic
 
     with ctx.progress.step(f"components run --root {args.root}"):
         outputs = run_components(args.root, config_path=args.config, runner=ctx.runner,

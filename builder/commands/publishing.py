@@ -1,10 +1,12 @@
-"""`sbom`, `diff`, `publish` and `pull-published`: what a release holds, what an update
-changes, and putting the repository where devices pull from."""
+"""`deltas`, `apply-delta`, `sbom`, `diff`, `publish` and `pull-published`: static deltas and
+USB updates, what a release holds, what an update changes, and putting the repository where
+devices pull from."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +20,42 @@ from builder.commands.options import (
     validity,
 )
 from builder.context import Context
-from builder.core.errors import InputError
+from builder.core.errors import BuildError, InputError
 
 
 def register(sub: Any) -> None:
+    deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
+    add_build_dir(deltas)
+    add_validity_option(deltas)
+    target = deltas.add_mutually_exclusive_group()
+    target.add_argument("--image", help="the image whose ref to use (default microshift-full)")
+    target.add_argument("--ref", help="the ostree ref to make deltas for")
+    deltas.add_argument("--from-count", type=int, default=None,
+                        help="deltas from this many previous commits (default: release.yaml "
+                             "ostree.deltas_from, 3)")
+    deltas.add_argument("--no-offline", action="store_true",
+                        help="skip the offline delta files in DIR/deltas/")
+    deltas.add_argument("--no-scratch", action="store_true",
+                        help="skip the delta from scratch (what a device with no commit of "
+                             "the ref pulls)")
+    deltas.add_argument("--memory-limit", metavar="SIZE",
+                        help="memory for all delta generation at once, e.g. 8G (default: half "
+                             "of this machine's memory); bsdiff of a file needs ~17x its size")
+    deltas.add_argument("--jobs", type=int, default=None,
+                        help="update paths generated at once (default: the number of cores)")
+    add_signing_options(deltas)
+    deltas.set_defaults(func=cmd_deltas)
+
+    apply = sub.add_parser("apply-delta",
+                           help="check an offline delta file, then apply it to an ostree repo "
+                                "(USB updates)")
+    apply.add_argument("--repo", type=Path, required=True, help="the device's ostree repo")
+    apply.add_argument("delta", type=Path, help="a .delta file written by `deltas`")
+    apply.add_argument("--verify-remote", metavar="REMOTE",
+                       help="require the commit's GPG signature to verify with this remote's "
+                            "keys (the device's update remote, added with --gpg-import)")
+    apply.set_defaults(func=cmd_apply_delta)
+
     sbom = sub.add_parser("sbom", help="write the SPDX SBOM of an image's commit "
                                        "(DIR/sbom/NAME.spdx.json; NAME-ARCH.spdx.json "
                                        "for a release of several architectures)")
@@ -120,4 +154,42 @@ def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
     for arch_ctx in per_arch(ctx):
         ref = ref_for_arch(ctx, arch_ctx, args.ref) or image_ref(arch_ctx, args.image)
         pull_published(arch_ctx, args.url, ref, depth, key)
+    return 0
+
+
+def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.publish.deltas import DeltaOptions, generate_deltas
+
+    if args.from_count is not None and args.from_count < 0:
+        raise InputError("command line", "--from-count", "must be 0 or more")
+    if not ctx.path("ostree", "repo", "config").is_file():
+        raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
+                         hint="run `python -m builder compose` first")
+    from builder.publish.plan import parse_size
+
+    if args.jobs is not None and args.jobs < 1:
+        raise InputError("command line", "--jobs", "must be 1 or more")
+    try:
+        limit = parse_size(args.memory_limit) if args.memory_limit else None
+    except ValueError as exc:
+        raise InputError("command line", "--memory-limit", str(exc)) from None
+    options = DeltaOptions(image=args.image or "microshift-full",
+                           from_count=args.from_count, key=signing_key(ctx, args),
+                           offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
+                           scratch=not args.no_scratch, validity=validity(args))
+    for arch_ctx in per_arch(ctx):
+        ref = ref_for_arch(ctx, arch_ctx, args.ref)
+        report = generate_deltas(arch_ctx, replace(options, ref=ref))
+        print(report.text())
+    return 0
+
+
+def cmd_apply_delta(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.publish.offline import apply_offline
+
+    commit = apply_offline(ctx.runner, args.repo.resolve(), args.delta.resolve(),
+                           args.verify_remote)
+    verified = (f", signature verified with remote {args.verify_remote!r}"
+                if args.verify_remote else "; signature NOT verified (no --verify-remote)")
+    ctx.progress.info(f"applied {args.delta}: {args.repo} now holds commit {commit}{verified}")
     return 0

@@ -47,9 +47,10 @@ from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError, InputError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo, ostree_timestamp
 from builder.core.signing import SigningKey, stop_agent
-from builder.core.steps import builder_code_digest, canonical_json, file_digest, write_atomic
+from builder.core.steps import builder_code_digest, canonical_json, file_digest
 
 KILL_ENV = "MICROSHIFT_BUILDER_TEST_KILL_AT"
 STAGES = ("base", "installed", "customized", "committed", "pulled", "signed", "ref-moved")

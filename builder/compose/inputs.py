@@ -29,7 +29,11 @@ PORT_RE = re.compile(r"^(?P<ports>\d{1,5}(?:-\d{1,5})?):(?P<proto>tcp|udp|sctp|d
 
 
 @dataclass(frozen=True)
-class LockedPackage:
+class PackageFile:
+    """A package of the lock file (builder.blueprint.depsolve.LockedPackage wrote it) as the
+    compose installs it: the RPM file on disk, or the URL it is downloaded from into `path`,
+    and the sha256 it must have."""
+
     name: str
     epoch: int
     version: str
@@ -82,7 +86,7 @@ class ComposeInputs:
     version: str
     blueprint_path: Path
     lock_path: Path
-    packages: tuple[LockedPackage, ...]
+    packages: tuple[PackageFile, ...]
     containers: tuple[ContainerSpec, ...]
     customizations: Customizations
     ref: str | None = None  # the profile's ref template, when the lock carries one
@@ -157,7 +161,7 @@ def _str(table: dict[str, Any], key: str, path: Path, where: str = "") -> str:
     return value
 
 
-def _packages(lock: dict[str, Any], lock_path: Path) -> tuple[LockedPackage, ...]:
+def _packages(lock: dict[str, Any], lock_path: Path) -> tuple[PackageFile, ...]:
     """The lock's packages; those from URL repositories point into DIR/.cache/rpms."""
     items = lock.get("packages")
     if not isinstance(items, list):
@@ -171,7 +175,7 @@ def _packages(lock: dict[str, Any], lock_path: Path) -> tuple[LockedPackage, ...
         epoch = item.get("epoch", 0)
         if not isinstance(epoch, int) and not (isinstance(epoch, str) and epoch.isdigit()):
             raise InputError(str(lock_path), f"{where}epoch", f"must be an integer, got {epoch!r}")
-        packages.append(LockedPackage(
+        packages.append(PackageFile(
             name=_str(item, "name", lock_path, where),
             epoch=int(epoch),
             version=_str(item, "version", lock_path, where),

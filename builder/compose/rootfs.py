@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from builder.compose.inputs import LockedPackage
+from builder.compose.inputs import PackageFile
 from builder.core.download import DigestMismatch, DownloadFailed, fetch_verified
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
@@ -108,11 +108,11 @@ def installed_nevras(runner: Runner, tree: Path, dbpath: str) -> dict[str, str]:
     return {name: nevra for name, nevra in pairs if name != "gpg-pubkey"}
 
 
-def full_nevra(pkg: LockedPackage) -> str:
+def full_nevra(pkg: PackageFile) -> str:
     return f"{pkg.name}-{pkg.epoch}:{pkg.version}-{pkg.release}.{pkg.arch}"
 
 
-def verify_packages(packages: Sequence[LockedPackage], lock: Path) -> None:
+def verify_packages(packages: Sequence[PackageFile], lock: Path) -> None:
     """Every RPM of the lock is present (downloaded when it comes from a URL repository)
     and has the sha256 the lock names."""
     for pkg in packages:
@@ -127,7 +127,7 @@ def verify_packages(packages: Sequence[LockedPackage], lock: Path) -> None:
                              "re-run `python -m builder blueprint`")
 
 
-def _download(pkg: LockedPackage) -> None:
+def _download(pkg: PackageFile) -> None:
     assert pkg.url is not None and pkg.sha256 is not None
     try:
         fetch_verified(pkg.url, pkg.sha256, pkg.path)
@@ -138,8 +138,8 @@ def _download(pkg: LockedPackage) -> None:
         raise BuildError(f"cannot download {pkg.nevra} from {pkg.url}: {exc}") from exc
 
 
-def install_packages(runner: Runner, tree: Path, packages: Sequence[LockedPackage],
-                     epoch: int) -> list[LockedPackage]:
+def install_packages(runner: Runner, tree: Path, packages: Sequence[PackageFile],
+                     epoch: int) -> list[PackageFile]:
     """Install (or upgrade to) the locked packages the tree does not already hold, exactly.
 
     No scriptlets and no triggers run on the build host (--noscripts --notriggers): their

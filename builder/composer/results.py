@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 from builder.composer.importer import ImportedCommit, Publish, import_commit_tarball
 from builder.composer.request import kind_of
 from builder.core.errors import BuildError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo, commit_signed
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey
-from builder.core.steps import write_atomic
 from builder.release.model import Release
 
 if TYPE_CHECKING:

@@ -20,6 +20,7 @@ from pathlib import Path
 from builder.components.service import LINK, MANIFESTS
 from builder.context import Context
 from builder.core.errors import BuildError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo, delta_dir
 from builder.core.signing import (
     SAMPLE_PUBLIC_KEY,
@@ -28,7 +29,6 @@ from builder.core.signing import (
     sign_detached,
     stop_agent,
 )
-from builder.core.steps import write_atomic
 from builder.core.templates import render_source_tree
 from builder.publish.freshness import sign_timestamp
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file

@@ -36,10 +36,15 @@ from builder.core.runner import Runner
 from builder.core.steps import builder_code_digest, canonical_json, file_digest
 from builder.installer import bootiso
 from builder.installer.kickstart import ISO_REPO_DIR, write_kickstart
+from builder.installer.manifest import (
+    KICKSTART_NAME,
+    MANIFEST_NAME,
+    SBOM_NAME,
+    Manifest,
+    ostree_output,
+)
+from builder.installer.verify import verify_iso
 
-KICKSTART_NAME = "ks.cfg"
-MANIFEST_NAME = "manifest.json"
-SBOM_NAME = "sbom.spdx.json"
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -54,29 +59,6 @@ class IsoRequest:
     source_date_epoch: int
     boot_iso: Path | None = None
     sbom: Path | None = None   # the commit's SPDX SBOM
-
-
-@dataclass(frozen=True)
-class Manifest:
-    image: str
-    ref: str
-    commit: str
-    version: str | None
-    signed: bool
-    volume_id: str
-    kickstart: str
-    repo: str
-    boot_iso: dict[str, str] | None
-    sizes: dict[str, int]
-    sbom: str | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"
-
-
-# --- ostree -----------------------------------------------------------------------------
-def ostree_output(runner: Runner, repo: Path, *args: str) -> str:
-    return runner.output(["ostree", f"--repo={repo}", *args])
 
 
 def resolve_commit(runner: Runner, repo: Path, ref: str, image: str) -> str:
@@ -146,8 +128,6 @@ def build_installer_iso(runner: Runner, progress: Progress, request: IsoRequest)
         with progress.step("write ISO"):
             _write_iso(runner, request, iso, listing, manifest)
         with progress.step("verify ISO"):
-            from builder.installer.verify import verify_iso  # it reads what this module writes
-
             checks = verify_iso(runner, iso, manifest, work / "verify", boot_iso=listing)
             for check in checks:
                 progress.info(f"ok: {check}")

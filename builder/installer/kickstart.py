@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.core.errors import BuildError, InputError
+from builder.core.files import write_atomic
 from builder.core.paths import PROJECT_ROOT
-from builder.core.steps import write_atomic
 from builder.core.templates import environment, relative, render_with
 
 KICKSTART_DIR = PROJECT_ROOT / "kickstart"

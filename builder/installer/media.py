@@ -17,7 +17,6 @@ from builder.core.ostree import commit_signed, signed_by
 from builder.core.signing import SAMPLE_PUBLIC_KEY
 from builder.installer.iso import (
     IsoRequest,
-    Manifest,
     build_installer_iso,
     resolve_commit,
     volume_id_for,
@@ -30,6 +29,7 @@ from builder.installer.kickstart import (
     render,
     write_kickstart,
 )
+from builder.installer.manifest import Manifest
 from builder.publish.sbom import ensure_sbom
 
 

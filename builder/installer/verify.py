@@ -12,8 +12,8 @@ from pathlib import Path
 from builder.core.errors import BuildError, ToolError
 from builder.core.runner import Runner
 from builder.installer import bootiso
-from builder.installer.iso import KICKSTART_NAME, MANIFEST_NAME, Manifest, ostree_output
 from builder.installer.kickstart import ISO_REPO_DIR, validate
+from builder.installer.manifest import KICKSTART_NAME, MANIFEST_NAME, Manifest, ostree_output
 
 
 def verify_iso(runner: Runner, iso: Path, manifest: Manifest, scratch: Path, *,

@@ -26,10 +26,10 @@ from typing import TypeVar
 
 from builder.context import Context
 from builder.core.errors import BuildError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo, TreeFile, delta_dir
 from builder.core.progress import human_bytes
 from builder.core.signing import SigningKey, sign_detached, signature_epoch, stop_agent
-from builder.core.steps import write_atomic
 from builder.publish.changes import changes_to
 from builder.publish.encodings import delta_encodings
 from builder.publish.freshness import sign_timestamp

@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from builder.core.errors import BuildError
+from builder.core.files import write_atomic
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, sign_detached
-from builder.core.steps import write_atomic
 from builder.updater.freshness import (
     TIMESTAMP,
     TIMESTAMP_SIGNATURE,

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from builder.compose.inputs import LockedPackage, load_compose_inputs
+from builder.compose.inputs import PackageFile, load_compose_inputs
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
+from builder.core.files import write_atomic
 from builder.core.ostree import Repo
-from builder.core.steps import write_atomic
 from builder.publish.contents import (
     PAYLOAD_PATH,
     CommitContents,
@@ -62,7 +62,7 @@ class SbomInputs:
     image: str
     ref: str
     contents: CommitContents
-    locked: tuple[LockedPackage, ...] = ()
+    locked: tuple[PackageFile, ...] = ()
     release_images: tuple[Image, ...] = ()  # names images by component; flags SAMPLE ones
     payload_sources: tuple[PayloadFile, ...] = ()  # only for a commit of the current release
 
@@ -128,7 +128,7 @@ def described_commit(path: Path) -> tuple[str, str] | None:
 
 
 def _locked_packages(ctx: Context, image: str,
-                     contents: CommitContents) -> tuple[LockedPackage, ...]:
+                     contents: CommitContents) -> tuple[PackageFile, ...]:
     """The lock file's packages that the commit holds (same NEVRA). A lock rendered for
     another release, or a commit composed elsewhere, contributes only what matches."""
     try:
@@ -268,7 +268,7 @@ def _commit_package(inputs: SbomInputs) -> dict[str, Any]:
     }
 
 
-def _rpm_package(pkg: InstalledPackage, locked: LockedPackage | None,
+def _rpm_package(pkg: InstalledPackage, locked: PackageFile | None,
                  licenses: LicenseExpressions) -> dict[str, Any]:
     package: dict[str, Any] = {
         "SPDXID": rpm_id(pkg),

@@ -8,7 +8,6 @@ its summary and description. Production points release.yaml `base.repos` at real
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.context import Context
@@ -16,8 +15,10 @@ from builder.core.diskspace import MiB, ensure_space
 from builder.core.steps import Step, file_digest, is_built, link_files, materialize, publish
 from builder.rpm.repos import publish_arch_repos
 from builder.rpm.rpmbuild import build_spec, rpm_macros
+from builder.rpm.sample_policy import policy_space, policy_stand_ins
+from builder.rpm.stand_in import SAMPLE_VERSION, StandIn, write_spec
+from builder.rpm.stand_in import stand_in_text as _text
 
-SAMPLE_VERSION = "9.2.sample"
 KERNEL_VERSION = "5.14.0-284.sample.el9"
 
 OS_RELEASE = """NAME="Sample Edge OS"
@@ -28,20 +29,6 @@ VERSION_ID="9.2"
 PRETTY_NAME="Sample Edge OS 9.2 (SAMPLE stand-in for RHEL for Edge)"
 # Built by microshift-edge-builder for offline demos and tests.
 """
-
-
-@dataclass(frozen=True)
-class StandIn:
-    name: str
-    provides: tuple[str, ...] = ()
-    requires: tuple[str, ...] = ()
-    files: dict[str, str | bytes] = field(default_factory=dict)  # install path -> content
-    dirs: tuple[str, ...] = ()
-    executables: tuple[str, ...] = ()  # files installed 0755
-
-
-def _text(what: str) -> str:
-    return f"SAMPLE stand-in for {what}; built by microshift-edge-builder, not the real package.\n"
 
 
 # Sonames and symbol versions of RHEL 9's core libraries (glibc 2.34, libgcc and libstdc++ of
@@ -146,31 +133,6 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
     )
 
 
-def write_spec(stand_in: StandIn, arch: str, topdir: Path) -> Path:
-    """Generate the stand-in's spec and sources with rpmfluff into topdir; return the spec."""
-    import rpmfluff  # imported late: only sample-base needs it
-
-    pkg = rpmfluff.SimpleRpmBuild(stand_in.name, SAMPLE_VERSION, "1", buildArchs=[arch])
-    pkg.add_summary(f"SAMPLE stand-in for {stand_in.name} (offline demos and tests)")
-    pkg.add_description(_text(stand_in.name).strip())
-    pkg.addLicense("MIT")
-    pkg.addUrl("https://example.invalid/microshift-edge-builder/sample-base")
-    pkg.section_changelog = ("* Tue Nov 14 2023 microshift-edge-builder <builder@example.invalid>"
-                             f" - {SAMPLE_VERSION}-1\n- SAMPLE stand-in package\n")
-    for cap in stand_in.provides:
-        pkg.add_provides(cap)
-    for req in stand_in.requires:
-        pkg.add_requires(req)
-    for directory in stand_in.dirs:
-        pkg.add_installed_directory(directory.lstrip("/"))
-    for index, (path, content) in enumerate(sorted(stand_in.files.items())):
-        pkg.add_installed_file(path.lstrip("/"), rpmfluff.SourceFile(f"file{index}", content),
-                               mode="0755" if path in stand_in.executables else "0644")
-    (topdir / "SOURCES").mkdir(parents=True, exist_ok=True)
-    pkg.gather_sources(str(topdir / "SOURCES"))
-    return Path(pkg.gather_spec_file(str(topdir)))
-
-
 def build_sample_base(ctx: Context) -> Path:
     """Build every stand-in for each architecture of the release (cached by content) and
     publish DIR/sample-base/rpms and a repository per architecture, DIR/sample-base/repo/ARCH,
@@ -183,14 +145,14 @@ def build_sample_base(ctx: Context) -> Path:
     unbuilt = [s for s, arch in builds if not is_built(_step(s, arch, epoch), ctx.build_dir)]
     # Each stand-in: an rpmbuild tree and a small RPM (13 KiB measured); then the metadata.
     ensure_space(ctx.build_dir, (len(unbuilt) * 32 * 1024 + MiB // 2 if unbuilt else 0)
-                 + _policy_space(ctx) * len(release.architectures),
+                 + policy_space(ctx) * len(release.architectures),
                  "the SAMPLE base repository")
     with ctx.progress.step(f"sample-base: stand-in RPMs (SAMPLE) for "
                            f"{', '.join(release.architectures)}"):
         for stand_in, arch in builds:
             outputs.extend(_build_stand_in(ctx, stand_in, arch))
         for arch in release.architectures:
-            outputs.extend(_policy_stand_ins(ctx, arch))
+            outputs.extend(policy_stand_ins(ctx, arch))
     with ctx.progress.step("sample-base: repository"):
         _publish(ctx, outputs, base, epoch)
     return base
@@ -227,19 +189,6 @@ def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
     publish_arch_repos(ctx, rpms, "sample-base/repo")
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
                       f"repositories {base / 'repo'}/ARCH")
-
-
-def _policy_stand_ins(ctx: Context, arch: str) -> list[Path]:
-    # Imported here: sample_policy builds its stand-ins with this module's write_spec.
-    from builder.rpm.sample_policy import policy_stand_ins
-
-    return policy_stand_ins(ctx, arch)
-
-
-def _policy_space(ctx: Context) -> int:
-    from builder.rpm.sample_policy import policy_space
-
-    return policy_space(ctx)
 
 
 def _remove_tree(path: Path) -> None:

@@ -30,8 +30,8 @@ from builder.core.diskspace import MiB
 from builder.core.selinux import compile_module, semodule_install
 from builder.core.steps import Step, file_digest, is_built, materialize
 from builder.rpm.rpmbuild import build_spec, rpm_macros
-from builder.rpm.sample_base import SAMPLE_VERSION, StandIn, write_spec
 from builder.rpm.sample_elf import print_and_exit
+from builder.rpm.stand_in import SAMPLE_VERSION, StandIn, write_spec
 
 REFPOLICY_DIR = Path("/usr/share/selinux/default")  # Debian's selinux-policy-default
 # base: the reference policy's kernel and system layers. The others are what base itself

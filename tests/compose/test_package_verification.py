@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from builder.compose.inputs import LockedPackage
+from builder.compose.inputs import PackageFile
 from builder.compose.rootfs import verify_packages
 from builder.core.errors import BuildError
 from builder.core.http_thread import ServedInThread
@@ -46,8 +46,8 @@ def mirror(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         yield server.url, served
 
 
-def package(path: Path, url: str | None = None, sha256: str | None = DIGEST) -> LockedPackage:
-    return LockedPackage("cri-o", 0, "1.27.1", "1.el9", "x86_64", path, sha256, url)
+def package(path: Path, url: str | None = None, sha256: str | None = DIGEST) -> PackageFile:
+    return PackageFile("cri-o", 0, "1.27.1", "1.el9", "x86_64", path, sha256, url)
 
 
 def test_a_locked_rpm_with_its_digest_passes(tmp_path: Path) -> None:

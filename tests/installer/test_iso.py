@@ -330,7 +330,7 @@ def test_boot_config_edits_replace_an_earlier_inst_ks() -> None:
 
 
 def test_verification_catches_a_manifest_mismatch(build_dir: Path, tmp_path: Path) -> None:
-    from builder.installer.iso import Manifest
+    from builder.installer.manifest import Manifest
     from builder.installer.verify import verify_iso
 
     assert installer(build_dir) == 0
@@ -408,7 +408,7 @@ def tamper(iso: Path, inside: str, edit: Any) -> None:
 def verified(build_dir: Path, tmp_path: Path) -> tuple[Path, Any, Any]:
     """An installer ISO built on the stand-in boot ISO, its manifest and the boot listing;
     the unmodified ISO passes the read-back."""
-    from builder.installer.iso import Manifest
+    from builder.installer.manifest import Manifest
     from builder.installer.verify import verify_iso
 
     boot = make_boot_iso(tmp_path)

@@ -1,0 +1,37 @@
+"""docs/architecture.md says which steps are step directories and which record an identity
+beside their output: the code must not drift from it."""
+
+from __future__ import annotations
+
+import re
+
+from tests.support.cli import PROJECT_ROOT
+
+DOC = (PROJECT_ROOT / "docs" / "architecture.md").read_text()
+BUILDER = PROJECT_ROOT / "builder"
+
+
+def _modules_matching(pattern: str) -> set[str]:
+    found = set()
+    for path in BUILDER.rglob("*.py"):
+        if path.name != "steps.py" and re.search(pattern, path.read_text(), re.M):
+            found.add(path.relative_to(BUILDER).as_posix())
+    return found
+
+
+def test_the_step_directory_users_are_the_ones_the_doc_lists() -> None:
+    users = _modules_matching(r"\bStep\(")
+    assert users == {"rpm/packages.py", "rpm/repos.py", "rpm/lint.py", "rpm/sample_base.py",
+                     "rpm/sample_policy.py"}
+    for module in users:
+        assert f"`{module}`" in DOC, module
+
+
+def test_the_recorded_identities_are_the_ones_the_doc_lists() -> None:
+    identities = {(path, name) for path, name in [
+        ("compose/commit.py", "compose_identity"), ("installer/iso.py", "iso_identity"),
+        ("disk/image.py", "disk_identity")]}
+    for module, function in identities:
+        assert re.search(rf"^def {function}\(", (BUILDER / module).read_text(), re.M), function
+        assert f"`{module}` `{function}`" in DOC
+    assert _modules_matching(r"^def \w+_identity\(") == {m for m, _ in identities}
