@@ -23,6 +23,7 @@ from typing import Any
 from builder.blueprint.depsolve import RepoSource, depsolve, repo_sources
 from builder.blueprint.images import check_architectures, component_images, missing_images
 from builder.blueprint.render import BLUEPRINTS_DIR, Profile, load_profile, render_blueprint
+from builder.blueprint.target import target_ref
 from builder.blueprint.validate import check_blueprint
 from builder.context import Context
 from builder.core.errors import BuildError
@@ -95,7 +96,7 @@ def _depsolve_all(ctx: Context, profile: Profile, data: Mapping[str, Any], text:
                 "version": data.get("version", ""),
                 "release": release.evr,
                 "arch": arch,
-                "ref": profile.ref(arch),
+                "ref": target_ref(release, arch, data["name"], profile.ref(arch)),
                 "blueprint_sha256": hashlib.sha256(text.encode()).hexdigest(),
                 "repos": {s.name: _repo_entry(s, ctx.path("blueprints")) for s in sources},
                 "packages": [pkg.as_json() for pkg in locked],

@@ -155,14 +155,14 @@ def _report(result: ComposeResult) -> None:
 
 
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
     from builder.composer.remote import ComposeJob, check_job, run_compose
 
     _one_architecture(ctx)
     ref = args.ref
     if ref is None:
         try:
-            ref = image_ref(ctx, args.image)
+            ref = image_target(ctx, args.image).ref
         except InputError as exc:
             raise InputError("command line", "--ref", f"no default ref for image "
                              f"{args.image!r} ({exc.message}); give --ref") from exc

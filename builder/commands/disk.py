@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
     from builder.core.ostree import Repo
     from builder.core.signing import SAMPLE_PUBLIC_KEY
     from builder.disk.image import build_disk
@@ -42,7 +42,7 @@ def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
     for arch in ctx.release.architectures:
         run = ctx.for_arch(arch)
         repo = Repo(run.path("ostree", "repo"), run.runner)
-        ref = image_ref(run, args.image)
+        ref = image_target(run, args.image).ref
         commit = repo.rev_parse(ref) if repo.exists() else None
         if commit is None:
             raise InputError("--image", "", f"{repo.path} has no commit of {args.image} "

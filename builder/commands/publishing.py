@@ -146,13 +146,13 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
     from builder.publish.history import pull_published
 
     depth = args.depth if args.depth is not None else ctx.release.ostree.deltas_from + 1
     key = signing_key(ctx, args) if args.gpg_homedir or args.gpg_key else None
     for arch_ctx in per_arch(ctx):
-        ref = ref_for_arch(ctx, arch_ctx, args.ref) or image_ref(arch_ctx, args.image)
+        ref = ref_for_arch(ctx, arch_ctx, args.ref) or image_target(arch_ctx, args.image).ref
         pull_published(arch_ctx, args.url, ref, depth, key)
     return 0
 

@@ -25,10 +25,11 @@ import shutil
 import signal
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builder.blueprint.target import image_target
 from builder.compose.base import BaseCommit, ensure_base
 from builder.compose.containers import embed_images
 from builder.compose.customizations import apply_customizations
@@ -46,7 +47,7 @@ from builder.compose.selinux import Labelling, commit_label_args, install_policy
 from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
-from builder.core.errors import BuildError, InputError
+from builder.core.errors import BuildError
 from builder.core.files import write_atomic
 from builder.core.ostree import Repo, ostree_timestamp
 from builder.core.signing import SigningKey, stop_agent
@@ -92,26 +93,6 @@ class ComposeResult:
     version: str
     seconds: float
     repo: Path
-
-
-def image_ref(ctx: Context, image: str) -> str:
-    """The ref an image's commits go on: release.yaml ostree.ref, else the profile's (as
-    recorded in the rendered lock, else from blueprints/profiles.yaml), else the default."""
-    from builder.blueprint.render import load_profile
-
-    arch = ctx.target_arch
-    profile_ref = None
-    rendered = False
-    with suppress(InputError):
-        profile_ref = load_compose_inputs(ctx.build_dir, image, arch).ref
-        rendered = True
-    if profile_ref is None:
-        try:
-            profile_ref = load_profile(image).ref(arch)
-        except InputError:
-            if not rendered:
-                raise  # neither rendered here nor a known profile: name the unknown image
-    return ctx.release.ostree.ref_for(arch, image, profile_ref)
 
 
 def ostree_dirs(ctx: Context) -> tuple[Repo, Repo]:
@@ -165,7 +146,7 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
     started = time.monotonic()
     release = ctx.release
     inputs = load_compose_inputs(ctx.build_dir, image, ctx.target_arch, release.evr)
-    ref = options.ref or release.ostree.ref_for(ctx.target_arch, image, inputs.ref)
+    ref = options.ref or image_target(ctx, image).ref
     verify_packages(inputs.packages, inputs.lock_path)
     ensure_space(ctx.build_dir, compose_space(inputs), f"the compose of {image}")
     archive, build_repo = ostree_dirs(ctx)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builder.compose.commit import image_ref
+from builder.blueprint.target import image_target
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import commit_signed, signed_by
@@ -124,7 +124,7 @@ def kickstart_context(ctx: Context, options: MediaOptions, variant: str) -> Kick
     from builder.components.config import load_config
 
     facts = load_image_facts(ctx.path("blueprints", f"{options.image}.toml"), options.image)
-    ref = options.ref or image_ref(ctx, options.image)
+    ref = options.ref or image_target(ctx, options.image).ref
     repo = ctx.path("ostree", "repo")
     gpg_key = options.gpg_key
     if options.microshift_config:

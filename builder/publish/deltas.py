@@ -79,9 +79,9 @@ class DeltaOptions:
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
     if options.ref:
         return options.ref
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
 
-    return image_ref(ctx, options.image)
+    return image_target(ctx, options.image).ref
 
 
 def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaReport:

@@ -76,10 +76,10 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
                commit: str | None = None) -> Path:
     """Write the SBOM (`sbom_path`) of the commit `ref` points to (default: the image's ref
     for the run's architecture, as `compose` chose it)."""
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
 
     repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
-    ref = ref or image_ref(ctx, image)
+    ref = ref or image_target(ctx, image).ref
     commit = commit or (repo.rev_parse(ref) if repo.exists() else None)
     if commit is None:
         raise BuildError(f"{repo.path} has no commit on ref {ref} for image {image}",

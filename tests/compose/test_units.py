@@ -271,12 +271,12 @@ def test_unknown_kill_stage_is_rejected() -> None:
 
 
 def test_deltas_find_the_image_ref_before_any_blueprint_is_rendered(tmp_path: Path) -> None:
-    from builder.compose.commit import image_ref
+    from builder.blueprint.target import image_target
     from builder.context import Context
 
     ctx = Context(build_dir=tmp_path, release_path=RELEASE)
     # blueprints/profiles.yaml: ref "microshift/{arch}/{name}".
-    assert image_ref(ctx, "microshift-minimal") == "microshift/x86_64/microshift-minimal"
+    assert image_target(ctx, "microshift-minimal").ref == "microshift/x86_64/microshift-minimal"
 
 
 def test_lock_made_for_another_release_is_refused(tmp_path: Path) -> None:
