@@ -36,7 +36,6 @@ COMMAND_MODULES = (
     "builder.commands.composer",
     "builder.commands.blueprint",
     "builder.commands.compose",
-    "builder.commands.kickstart",
     "builder.commands.installer",
     "builder.commands.disk",
     "builder.commands.device",

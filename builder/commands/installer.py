@@ -1,5 +1,8 @@
-"""`installer`: the installer ISO of an image (DIR/installer/NAME.iso; NAME-ARCH.iso, one per
-architecture, for a release of several).
+"""`kickstart` and `installer`: the kickstart of an image, and its installer ISO
+(DIR/installer/NAME.iso; NAME-ARCH.iso, one per architecture, for a release of several).
+
+    python -m builder kickstart --image NAME --url http://server/repo [--pull-secret FILE]
+    python -m builder kickstart --image NAME --embedded [--url http://server/repo]
 
     python -m builder installer --image NAME [--boot-iso rhel-9-boot.iso] [--url URL] ...
 
@@ -14,20 +17,34 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.commands.options import (
     add_build_dir,
-    add_media_options,
-    media_options,
     per_arch,
     ref_for_arch,
 )
 from builder.context import Context
 from builder.core.errors import InputError
+from builder.release.ostree_config import DEFAULT_REF
+
+if TYPE_CHECKING:  # the stage is imported when a command runs, keeping --help fast
+    from builder.installer.media import MediaOptions
 
 
 def register(sub: Any) -> None:
+    kickstart = sub.add_parser(
+        "kickstart", help="render and validate an image's kickstart (DIR/kickstart/)",
+        description="Write DIR/kickstart/NAME-network.ks (install over the network from --url) "
+                    "or, with --embedded, DIR/kickstart/NAME-embedded.ks (install from the "
+                    "repo on the installer ISO).")
+    add_build_dir(kickstart)
+    add_media_options(kickstart)
+    kickstart.add_argument("--embedded", action="store_true",
+                           help="install from the ostree repo on the installer ISO; --url "
+                                "then only names the update server")
+    kickstart.set_defaults(func=cmd_kickstart)
+
     parser = sub.add_parser(
         "installer", help="build an image's installer ISO (DIR/installer/NAME.iso)",
         description="Put the image's ostree commit, its embedded kickstart and a manifest on "
@@ -52,3 +69,46 @@ def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
         build_installer(arch_ctx, replace(media_options(args),
                                           ref=ref_for_arch(ctx, arch_ctx, args.ref)))
     return 0
+
+
+def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.installer.media import write_kickstart_file
+
+    variant = "embedded" if args.embedded else "network"
+    for arch_ctx in per_arch(ctx):
+        write_kickstart_file(arch_ctx, replace(media_options(args),
+                                               ref=ref_for_arch(ctx, arch_ctx, args.ref)), variant)
+    return 0
+
+
+def add_media_options(parser: argparse.ArgumentParser) -> None:
+    """Options shared by `kickstart` and `installer`."""
+    parser.add_argument("--image", required=True, metavar="NAME",
+                        help="image name (DIR/blueprints/NAME.toml)")
+    parser.add_argument("--url", metavar="URL",
+                        help="the ostree repo devices pull upgrades from (http[s]://...)")
+    parser.add_argument("--ref", metavar="REF",
+                        help="ostree ref of the image's commits (default: the one `compose` "
+                             f"uses: release.yaml ostree.ref, the profile's, else {DEFAULT_REF})")
+    parser.add_argument("--pull-secret", type=Path, metavar="FILE",
+                        help="CRI-O pull secret (JSON); written to /etc/crio/openshift-pull-"
+                             "secret on the device and never logged")
+    parser.add_argument("--gpg-key", type=Path, metavar="FILE",
+                        help="ASCII-armored public key the commits are signed with")
+    parser.add_argument("--ssh-key", type=Path, metavar="FILE",
+                        help="SSH public key for the admin user 'redhat' (default: no user)")
+    parser.add_argument("--microshift-config", type=Path, metavar="FILE",
+                        help="/etc/microshift/config.yaml for the device (default: the "
+                             "blueprint's)")
+    parser.add_argument("--storage", action=argparse.BooleanOptionalAction, default=None,
+                        help="leave free volume group space for TopoLVM (default: when the "
+                             "blueprint has microshift-storage-topolvm)")
+
+
+def media_options(args: argparse.Namespace) -> MediaOptions:
+    from builder.installer.media import MediaOptions
+
+    return MediaOptions(image=args.image, url=args.url, ref=args.ref,
+                        pull_secret=args.pull_secret, gpg_key=args.gpg_key,
+                        ssh_key=args.ssh_key, microshift_config=args.microshift_config,
+                        storage=args.storage, boot_iso=getattr(args, "boot_iso", None))

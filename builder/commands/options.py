@@ -11,9 +11,6 @@ from builder.core.errors import InputError
 
 if TYPE_CHECKING:  # stage modules are imported when a command runs, keeping --help fast
     from builder.core.signing import SigningKey
-    from builder.installer.media import MediaOptions
-
-DEFAULT_REF = "rhel/9/{arch}/edge"
 
 
 def per_arch(ctx: Context) -> list[Context]:
@@ -70,36 +67,3 @@ def signing_key(ctx: Context, args: argparse.Namespace) -> SigningKey | None:
     return release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
                                sample_home=ctx.path("gpg") if sample else None,
                                epoch=ctx.release.source_date_epoch)
-
-
-def add_media_options(parser: argparse.ArgumentParser) -> None:
-    """Options shared by `kickstart` and `installer`."""
-    parser.add_argument("--image", required=True, metavar="NAME",
-                        help="image name (DIR/blueprints/NAME.toml)")
-    parser.add_argument("--url", metavar="URL",
-                        help="the ostree repo devices pull upgrades from (http[s]://...)")
-    parser.add_argument("--ref", metavar="REF",
-                        help="ostree ref of the image's commits (default: the one `compose` "
-                             f"uses: release.yaml ostree.ref, the profile's, else {DEFAULT_REF})")
-    parser.add_argument("--pull-secret", type=Path, metavar="FILE",
-                        help="CRI-O pull secret (JSON); written to /etc/crio/openshift-pull-"
-                             "secret on the device and never logged")
-    parser.add_argument("--gpg-key", type=Path, metavar="FILE",
-                        help="ASCII-armored public key the commits are signed with")
-    parser.add_argument("--ssh-key", type=Path, metavar="FILE",
-                        help="SSH public key for the admin user 'redhat' (default: no user)")
-    parser.add_argument("--microshift-config", type=Path, metavar="FILE",
-                        help="/etc/microshift/config.yaml for the device (default: the "
-                             "blueprint's)")
-    parser.add_argument("--storage", action=argparse.BooleanOptionalAction, default=None,
-                        help="leave free volume group space for TopoLVM (default: when the "
-                             "blueprint has microshift-storage-topolvm)")
-
-
-def media_options(args: argparse.Namespace) -> MediaOptions:
-    from builder.installer.media import MediaOptions
-
-    return MediaOptions(image=args.image, url=args.url, ref=args.ref,
-                        pull_secret=args.pull_secret, gpg_key=args.gpg_key,
-                        ssh_key=args.ssh_key, microshift_config=args.microshift_config,
-                        storage=args.storage, boot_iso=getattr(args, "boot_iso", None))

@@ -131,6 +131,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
 
     # A release key signs the merged summary; without one the SAMPLE key of this build dir
     # does, when there is one (publish never makes a new key: devices would not know it).
+    seconds = validity(args)
     sample_home = ctx.path("gpg")
     key = release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
                               sample_home=sample_home if sample_home.is_dir() else None,
@@ -139,7 +140,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
         if not build.is_dir():
             raise InputError("command line", "--merge", f"{build} is not a directory")
     result = publish(ctx, PublishOptions(target=args.to, merge=tuple(args.merge), key=key,
-                                             validity=validity(args)))
+                                             validity=seconds))
     ctx.progress.info(f"published {len(result.refs)} refs, {result.sboms} SBOMs and "
                       f"{result.reports} update reports to {result.target}")
     return 0
@@ -162,21 +163,22 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
 
     if args.from_count is not None and args.from_count < 0:
         raise InputError("command line", "--from-count", "must be 0 or more")
-    if not ctx.path("ostree", "repo", "config").is_file():
-        raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
-                         hint="run `python -m builder compose` first")
-    from builder.publish.plan import parse_size
-
+    seconds = validity(args)  # every argument is checked before the build directory
     if args.jobs is not None and args.jobs < 1:
         raise InputError("command line", "--jobs", "must be 1 or more")
+    from builder.publish.plan import parse_size
+
     try:
         limit = parse_size(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise InputError("command line", "--memory-limit", str(exc)) from None
+    if not ctx.path("ostree", "repo", "config").is_file():
+        raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
+                         hint="run `python -m builder compose` first")
     options = DeltaOptions(image=args.image or "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
-                           scratch=not args.no_scratch, validity=validity(args))
+                           scratch=not args.no_scratch, validity=seconds)
     for arch_ctx in per_arch(ctx):
         ref = ref_for_arch(ctx, arch_ctx, args.ref)
         report = generate_deltas(arch_ctx, replace(options, ref=ref))

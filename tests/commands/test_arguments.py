@@ -1,0 +1,44 @@
+"""What the CLI layer decides itself: a bad argument is one line naming it, exit 2, checked
+before the build directory is looked at or written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import RELEASE, run_cli
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["deltas", "--index-validity", "0"], "--index-validity: 0 is out of range"),
+    (["deltas", "--index-validity", "400"], "--index-validity: 400 is out of range"),
+    (["deltas", "--from-count", "-1"], "--from-count: must be 0 or more"),
+    (["deltas", "--jobs", "0"], "--jobs: must be 1 or more"),
+    (["deltas", "--memory-limit", "lots"], "--memory-limit: "),
+    (["publish", "--to", "/nonexistent/target", "--index-validity", "-1"],
+     "--index-validity: -1 is out of range"),
+])
+def test_a_bad_argument_is_one_line_and_exit_2_before_any_work(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],
+        words: str) -> None:
+    build = tmp_path / "build"
+    assert run_cli("--release", RELEASE, *argv, "--build-dir", build) == 2
+    err = capsys.readouterr().err
+    assert words in err
+    assert [line for line in err.splitlines() if line.startswith("error:")] == \
+        [next(line for line in err.splitlines() if line.startswith("error:"))]
+    assert not build.exists() or not any(build.iterdir())
+
+
+def test_kickstart_and_installer_share_their_options() -> None:
+    """One module registers both: the same media options, each with its own flag."""
+    from builder.cli import build_parser
+
+    parser = build_parser()
+    kick = parser.parse_args(["kickstart", "--image", "x", "--embedded", "--storage"])
+    inst = parser.parse_args(["installer", "--image", "x", "--boot-iso", "b.iso"])
+    assert (kick.embedded, kick.storage, kick.image) == (True, True, "x")
+    assert (inst.boot_iso, inst.storage, inst.image) == (Path("b.iso"), None, "x")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["kickstart", "--image", "x", "--boot-iso", "b.iso"])
