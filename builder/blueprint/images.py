@@ -12,7 +12,7 @@ Images handed over any other way (environment values, text a plugin script print
 seen: components keep their pod images in manifest files for this check to work.
 
 Each cached image must also have an image for every architecture of the release
-(builder/release/platforms.py). Images with a local source (sample, oci:, ...) are checked
+(builder/sources/platforms.py). Images with a local source (sample, oci:, ...) are checked
 here, offline; registry images only when the compose copies them, so this step never
 needs a registry.
 """
@@ -32,8 +32,8 @@ from builder.core.errors import BuildError, InputError
 from builder.core.templates import render_source_tree
 from builder.release.catalog import component
 from builder.release.model import Release
-from builder.release.platforms import release_image, resolve_image
 from builder.release.template_context import component_context
+from builder.sources.platforms import release_image, resolve_image
 
 POD_CONTAINER_KEYS = ("containers", "initContainers", "ephemeralContainers")
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")

@@ -7,7 +7,7 @@ directory to `additionalimagestores` in /etc/containers/storage.conf, so CRI-O f
 images without any network.
 
 A commit is for one architecture: each image is resolved for it first
-(builder/release/platforms.py), copied with `--override-arch`, and checked in the store
+(builder/sources/platforms.py), copied with `--override-arch`, and checked in the store
 afterwards: findable by the digest its reference pins (a manifest list's, for a
 multi-architecture image: the store keeps the list beside the chosen image), holding the
 image resolved for the architecture, whose config says that architecture.
@@ -38,7 +38,7 @@ from builder.compose.rootfs import replace_file
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.release.model import GOARCH, Image
-from builder.release.platforms import (
+from builder.sources.platforms import (
     PinnedImage,
     config_architecture,
     digest_of,
@@ -46,7 +46,7 @@ from builder.release.platforms import (
     release_image,
     resolve_image,
 )
-from builder.release.samples import write_oci_layout
+from builder.sources.samples import write_oci_layout
 
 STORE = "/usr/share/containers/storage"
 STORAGE_CONF = "etc/containers/storage.conf"
@@ -94,7 +94,7 @@ def image_source(image: PinnedImage, workdir: Path) -> str:
     if layout.digest != image.digest:
         raise BuildError(f"sample image {name}: generated digest {layout.digest} "
                          f"differs from release.yaml's {image.digest}",
-                         hint="release.yaml and builder/release/samples.py disagree; "
+                         hint="release.yaml and builder/sources/samples.py disagree; "
                               "update the ref")
     return f"oci:{layout.layout}"
 

@@ -32,8 +32,8 @@ from builder.core.signing import (
 from builder.core.templates import render_source_tree
 from builder.publish.freshness import sign_timestamp
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
-from builder.release.samples import write_payload_standin
 from builder.release.template_context import component_context
+from builder.sources.samples import write_payload_standin
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
 SAMPLE_REF = "sample/device-sim/x86_64/edge"

@@ -10,7 +10,7 @@ from builder.core.download import DigestMismatch, DownloadFailed, fetch_verified
 from builder.core.errors import BuildError, InputError
 from builder.core.steps import file_digest
 from builder.release.payload import Payload, PayloadFile
-from builder.release.samples import write_payload_standin
+from builder.sources.samples import write_payload_standin
 
 # e_machine values (elf.h) of the architectures a payload could be built for by mistake.
 ELF_MACHINES = {3: "i386", 20: "ppc", 21: "ppc64le", 22: "s390x", 40: "arm", 62: "x86_64",

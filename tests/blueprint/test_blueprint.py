@@ -36,7 +36,7 @@ from builder.blueprint.validate import (
 )
 from builder.core.errors import BuildError, InputError
 from builder.release.model import Release, load_release
-from builder.release.samples import write_oci_layout
+from builder.sources.samples import write_oci_layout
 from tests.support.cli import PROJECT_ROOT, RELEASE, run_cli
 
 BLUEPRINTS = PROJECT_ROOT / "blueprints"

@@ -23,7 +23,7 @@ from builder.compose.inputs import ContainerSpec
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.release.model import Image, load_release
-from builder.release.samples import (
+from builder.sources.samples import (
     image_blobs,
     sample_instance_digest,
     write_oci_layout,

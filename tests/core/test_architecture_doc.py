@@ -35,3 +35,19 @@ def test_the_recorded_identities_are_the_ones_the_doc_lists() -> None:
         assert re.search(rf"^def {function}\(", (BUILDER / module).read_text(), re.M), function
         assert f"`{module}` `{function}`" in DOC
     assert _modules_matching(r"^def \w+_identity\(") == {m for m, _ in identities}
+
+
+def test_the_import_rule_in_the_doc_is_the_contract_import_linter_checks() -> None:
+    import tomllib
+
+    layers = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["tool"][
+        "importlinter"]["contracts"][0]["layers"]
+    shown = " ─► ".join(layer.replace("builder.", "") for layer in layers)
+    assert shown in DOC
+
+
+def test_the_release_stage_only_reads() -> None:
+    """docs/architecture.md: the release stage writes nothing and runs no tool."""
+    for path in (BUILDER / "release").rglob("*.py"):
+        text = path.read_text()
+        assert "Runner" not in text and "write_atomic" not in text, path

@@ -13,7 +13,7 @@ from builder.core.errors import InputError
 from builder.release.model import default_data_backup, load_release
 from builder.release.payload import Payload
 from builder.release.release_info import release_info_files
-from builder.release.samples import payload_standin
+from builder.sources.samples import payload_standin
 from tests.release.test_release import write_release
 from tests.support.cli import RELEASE
 

@@ -14,7 +14,7 @@ import yaml
 from builder import __version__
 from builder.core.errors import InputError
 from builder.release.model import load_release
-from builder.release.samples import sample_digest
+from builder.sources.samples import sample_digest
 from tests.support.cli import RELEASE, run_cli
 
 

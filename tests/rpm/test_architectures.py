@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bench.update_size import fetch_executable
-from builder.release.samples import payload_standin
+from builder.sources.samples import payload_standin
 from tests.support.cli import RELEASE, extract_rpm, rpm_query, run_cli
 
 pytestmark = pytest.mark.integration

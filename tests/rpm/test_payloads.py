@@ -16,9 +16,9 @@ from builder.context import Context
 from builder.core.errors import InputError
 from builder.core.http_thread import ServedInThread
 from builder.core.progress import Progress
-from builder.release.samples import payload_standin
 from builder.rpm.payloads import check_payloads, elf_machine, resolve_payload
 from builder.rpm.sample_elf import print_and_exit
+from builder.sources.samples import payload_standin
 from tests.release.test_release import write_release
 from tests.support.cli import run_cli
 

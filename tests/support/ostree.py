@@ -19,7 +19,7 @@ from typing import Any
 
 from builder.cli import main
 from builder.release.model import load_release
-from builder.release.samples import write_oci_layout
+from builder.sources.samples import write_oci_layout
 from tests.support.cli import PROJECT_ROOT, RELEASE
 
 IMAGE = "microshift-full"

@@ -13,14 +13,14 @@ import pytest
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.release.model import Image, load_release
-from builder.release.platforms import (
+from builder.sources.platforms import (
     PinnedImage,
     choose_instance,
     registry_source,
     release_image,
     resolve_image,
 )
-from builder.release.samples import (
+from builder.sources.samples import (
     OciImage,
     sample_instance_digest,
     write_oci_layout,

@@ -29,7 +29,7 @@ from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.core.schema import key_text
 from builder.release.model import GOARCH, Image
-from builder.release.samples import sample_blobs, sample_digest
+from builder.sources.samples import sample_blobs, sample_digest
 
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"

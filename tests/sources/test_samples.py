@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from builder.release.samples import (
+from builder.sources.samples import (
     OCI_INDEX,
     sample_digest,
     sample_instance_digest,
