@@ -26,6 +26,7 @@ from builder.device.repo_server import RepoServer
 from builder.disk.image import build_disk
 from builder.disk.sysroot import Deployment
 from builder.rpm.sample_base import build_sample_base
+from builder.updater.index import INDEX, parse_index
 from builder.vm.boots import BootRecord, watch
 from builder.vm.disk_state import DiskState
 from builder.vm.qemu import Forward, Machine, power_on, probe_accel
@@ -181,8 +182,17 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
 
 
 def _cut_offsets(pair: BuiltPair, cuts: int) -> list[int]:
-    index = json.loads((pair.build_dir / "deltas" / pair.ref / "index.json").read_text())
-    size = next(f["size"] for f in index["files"] if f.get("from_commit") == pair.v1)
+    return cut_offsets(pair.build_dir / "deltas" / pair.ref / INDEX, pair.ref, pair.v1, cuts)
+
+
+def cut_offsets(index_path: Path, ref: str, from_commit: str, cuts: int) -> list[int]:
+    """Where the link drops the delta file from `from_commit`: `cuts` distinct offsets inside
+    it, the same for the same count. The index is read as the device's updater reads it."""
+    index = parse_index(index_path.read_bytes(), ref, str(index_path))
+    delta = index.delta_from(from_commit)
+    if delta is None:
+        raise BuildError(f"{index_path}: no delta file from {from_commit[:12]} to cut")
+    size = delta.size
     chooser = random.Random(cuts)
     return sorted(chooser.sample(range(1, max(2, size - 1)), min(cuts, max(1, size - 2))))
 
