@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from builder.updater.index import CHECKSUM, UpdateRefused
+from builder.updater.index import CHECKSUM, UpdateRefused, load_document
 
 TIMESTAMP = "timestamp.json"
 TIMESTAMP_SIGNATURE = "timestamp.json.sig"
@@ -57,12 +57,7 @@ def timestamp_for(ref: str, index: bytes, validity_seconds: int,
 
 
 def parse_timestamp(data: bytes, what: str) -> Timestamp:
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UpdateRefused(f"{what}: not a JSON document ({exc})") from exc
-    if not isinstance(document, dict) or document.get("format") != TIMESTAMP_FORMAT:
-        raise UpdateRefused(f"{what}: format is not {TIMESTAMP_FORMAT}")
+    document = load_document(data, TIMESTAMP_FORMAT, what)
     ref, digest = document.get("ref"), document.get("index_sha256")
     issued, expires = document.get("issued"), document.get("expires")
     if not isinstance(ref, str) or not isinstance(digest, str) or not CHECKSUM.match(digest) \

@@ -111,13 +111,19 @@ def verify_signature(runner: Runner, data: bytes, signature: bytes, keyrings: li
     return valid[0]
 
 
-def parse_index(data: bytes, ref: str, what: str) -> Index:
+def load_document(data: bytes, fmt: str, what: str) -> dict[str, Any]:
+    """A published JSON document of the given `format`, or refused naming what it is not."""
     try:
         document = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise UpdateRefused(f"{what}: not a JSON document ({exc})") from exc
-    if not isinstance(document, dict) or document.get("format") != INDEX_FORMAT:
-        raise UpdateRefused(f"{what}: format is not {INDEX_FORMAT}")
+    if not isinstance(document, dict) or document.get("format") != fmt:
+        raise UpdateRefused(f"{what}: format is not {fmt}")
+    return document
+
+
+def parse_index(data: bytes, ref: str, what: str) -> Index:
+    document = load_document(data, INDEX_FORMAT, what)
     if document.get("ref") != ref:
         raise UpdateRefused(f"{what}: lists ref {document.get('ref')!r}, the device tracks "
                             f"{ref!r}")
