@@ -46,15 +46,17 @@ def image_target(ctx: Context, image: str) -> ImageTarget:
     naming it)."""
     arch = ctx.target_arch
     blueprint, lock = target_paths(ctx.build_dir, image, arch)
-    rendered = _locked_ref(lock)
-    if rendered is None:
-        try:
-            rendered = load_profile(image).ref(arch)
-        except InputError:
-            if not lock.is_file():
-                raise  # neither rendered here nor a known profile: name the unknown image
-    return ImageTarget(image, arch, target_ref(ctx.release, arch, image, rendered), blueprint,
-                       lock)
+    recorded = _locked_ref(lock)
+    if recorded is not None:  # made by target_ref when the blueprint was rendered
+        return ImageTarget(image, arch, recorded, blueprint, lock)
+    profile_ref = None
+    try:
+        profile_ref = load_profile(image).ref(arch)
+    except InputError:
+        if not lock.is_file():
+            raise  # neither rendered here nor a known profile: name the unknown image
+    return ImageTarget(image, arch, target_ref(ctx.release, arch, image, profile_ref),
+                       blueprint, lock)
 
 
 def _locked_ref(lock: Path) -> str | None:

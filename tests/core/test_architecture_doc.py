@@ -51,3 +51,10 @@ def test_the_release_stage_only_reads() -> None:
     for path in (BUILDER / "release").rglob("*.py"):
         text = path.read_text()
         assert "Runner" not in text and "write_atomic" not in text, path
+
+
+def test_every_module_the_doc_names_exists() -> None:
+    named = set(re.findall(r"`((?:builder/)?[a-z_]+(?:/[a-z_]+)*\.py)`", DOC))
+    missing = [name for name in sorted(named)
+               if not (PROJECT_ROOT / name).is_file() and not (BUILDER / name).is_file()]
+    assert named and missing == []
