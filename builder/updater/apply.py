@@ -113,7 +113,7 @@ def _start_finalize(system: System) -> None:
     after staging can begin before the path unit has acted: the staged deployment is then
     dropped (the VM tier saw it). Starting the service here closes that window."""
     proc = system.runner.run(["systemctl", "start", FINALIZE], check=False)
-    if proc.returncode != 0:
+    if proc.returncode:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()
         raise UpdateRefused(f"systemctl start {FINALIZE} failed"
                             + (f": {reason[-1]}" if reason else "")

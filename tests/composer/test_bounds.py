@@ -92,8 +92,11 @@ def test_each_answer_ends_within_its_deadline_in_one_line(url: str, mode: str,
     client.close()
 
 
+# VmHWM, not ru_maxrss: Linux carries the parent's peak into ru_maxrss across fork and exec
+# (a pytest worker of 500 MB made a 40 MB probe look like 509 MB); VmHWM is the peak of this
+# process's own memory since exec.
 PROBE = """
-import resource, sys
+import sys
 from builder.composer.client import Endpoint, RetryPolicy, WeldrClient
 from builder.core.errors import BuildError
 client = WeldrClient(Endpoint(socket=None, url=sys.argv[1]), timeout=30,
@@ -102,7 +105,8 @@ try:
     client.status("0a1b2c3d-0000-4000-8000-00000000abcd")
 except BuildError as exc:
     print(exc.message, file=sys.stderr)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+status = open("/proc/self/status").read()
+print(int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmHWM:"))) * 1024)
 """
 
 
