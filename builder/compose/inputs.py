@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.blueprint.target import target_paths
 from builder.core.errors import InputError
 
 # osbuild/images policies.OstreeCustomFilesPolicies: where an ostree image takes files.
@@ -92,16 +93,11 @@ class ComposeInputs:
     ref: str | None = None  # the profile's ref template, when the lock carries one
 
 
-def blueprint_paths(build_dir: Path, image: str, arch: str) -> tuple[Path, Path]:
-    directory = build_dir / "blueprints"
-    return directory / f"{image}.toml", directory / f"{image}.{arch}.lock.json"
-
-
 def load_compose_inputs(build_dir: Path, image: str, arch: str,
                         release_evr: str | None = None) -> ComposeInputs:
     """Read DIR/blueprints/IMAGE.toml and IMAGE.ARCH.lock.json; with `release_evr`, refuse a
     lock rendered for another release (its RPMs would be composed under the wrong version)."""
-    toml_path, lock_path = blueprint_paths(build_dir, image, arch)
+    toml_path, lock_path = target_paths(build_dir, image, arch)
     for path in (toml_path, lock_path):
         if not path.is_file():
             raise InputError(str(path), "", "not found",

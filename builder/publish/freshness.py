@@ -42,22 +42,26 @@ def sign_timestamp(runner: Runner, key: SigningKey, ref_dir: Path, ref: str,
 def sign_staged(runner: Runner, key: SigningKey, updates: Path,
                 validity: int) -> list[Timestamp]:
     """A fresh statement for every index staged for upload under UPDATES/REF/."""
-    return [sign_timestamp(runner, key, index.parent,
-                           index.parent.relative_to(updates).as_posix(), validity)
-            for index in sorted(updates.rglob(INDEX))]
+    return [sign_timestamp(runner, key, ref_dir, ref, validity)
+            for ref, ref_dir in _staged(updates)]
 
 
 def stale_statements(updates: Path, now: float, margin: int = DAY) -> list[str]:
     """The staged refs whose statement is missing or ends within `margin` seconds: what
     devices will refuse soon after a publish without --gpg-key."""
     stale = []
-    for index in sorted(updates.rglob(INDEX)):
-        ref = index.parent.relative_to(updates).as_posix()
+    for ref, ref_dir in _staged(updates):
         try:
-            stamp = parse_timestamp((index.parent / TIMESTAMP).read_bytes(), ref)
+            stamp = parse_timestamp((ref_dir / TIMESTAMP).read_bytes(), ref)
         except (OSError, BuildError):
             stale.append(ref)
             continue
         if stamp.expires - now < margin:
             stale.append(ref)
     return stale
+
+
+def _staged(updates: Path) -> list[tuple[str, Path]]:
+    """(ref, UPDATES/REF) for every index staged under UPDATES."""
+    return [(index.parent.relative_to(updates).as_posix(), index.parent)
+            for index in sorted(updates.rglob(INDEX))]

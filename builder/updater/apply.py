@@ -112,13 +112,12 @@ def _start_finalize(system: System) -> None:
     appears, and its ExecStop writes the deployment at shutdown. A reboot asked for right
     after staging can begin before the path unit has acted: the staged deployment is then
     dropped (the VM tier saw it). Starting the service here closes that window."""
-    proc = system.runner.run(["systemctl", "start", FINALIZE], check=False)
-    if proc.returncode:
-        reason = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise UpdateRefused(f"systemctl start {FINALIZE} failed"
-                            + (f": {reason[-1]}" if reason else "")
-                            + ": the staged deployment would be dropped at shutdown",
-                            hint="check `systemctl status ostree-finalize-staged.service`")
+    try:
+        system.runner.run(["systemctl", "start", FINALIZE])
+    except ToolError as exc:
+        raise UpdateRefused(f"systemctl start {FINALIZE} failed: {_reason(exc)}: the staged "
+                            "deployment would be dropped at shutdown",
+                            hint=f"check `systemctl status {FINALIZE}`") from exc
 
 
 def pending(system: System) -> str | None:

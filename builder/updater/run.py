@@ -28,6 +28,7 @@ from builder.updater.index import (
     INDEX,
     SIGNATURE,
     DeltaFile,
+    Fetched,
     Index,
     UpdateRefused,
     fetch_small,
@@ -171,13 +172,8 @@ class Run:
                                     hint="publish the index again (`publish --gpg-key ...`)")
             self.log(f"no update index at {base + INDEX}: falling back to ostree pull")
             return None
-        signature = fetch_small(base + SIGNATURE, timeout)
-        if signature is None:
-            raise UpdateRefused(f"{base + INDEX} has no signature ({SIGNATURE})",
-                                hint="publish the index with `deltas --gpg-key ...`")
-        self.metadata_bytes += len(index.data) + len(signature.data)
-        key = verify_signature(self.system.runner, index.data, signature.data, keyrings,
-                               base + INDEX)
+        key = self._verified(index, base + SIGNATURE, keyrings,
+                             "publish the index with `deltas --gpg-key ...`")
         parsed = parse_index(index.data, booted.ref, base + INDEX)
         self._check_fresh(base, index.data, booted.ref, keyrings)
         self.log(f"index {base + INDEX}: signed by {key[-16:]}, newest "
@@ -188,20 +184,29 @@ class Run:
     def _check_fresh(self, base: str, index: bytes, ref: str, keyrings: list[Path]) -> None:
         """The index is the current one: its signed timestamp names it, has not expired and
         is not older than one this device accepted (builder/updater/freshness.py)."""
-        timeout = float(self.config.timeout_seconds)
         url = base + TIMESTAMP
-        stamp = fetch_small(url, timeout)
-        signature = fetch_small(base + TIMESTAMP_SIGNATURE, timeout) if stamp else None
-        if stamp is None or signature is None:
-            missing = url if stamp is None else base + TIMESTAMP_SIGNATURE
-            raise UpdateRefused(f"{missing} is missing: the index has no signed statement "
-                                "that it is current", hint="publish with `--gpg-key`")
-        self.metadata_bytes += len(stamp.data) + len(signature.data)
-        verify_signature(self.system.runner, stamp.data, signature.data, keyrings, url)
+        stamp = fetch_small(url, float(self.config.timeout_seconds))
+        if stamp is None:
+            raise UpdateRefused(f"{url} is missing: the index has no signed statement that "
+                                "it is current", hint="publish with `--gpg-key`")
+        self._verified(stamp, base + TIMESTAMP_SIGNATURE, keyrings, "publish with `--gpg-key`")
         parsed = parse_timestamp(stamp.data, url)
         check_fresh(parsed, ref, index, accepted=self.accepted.get(ref), now=time.time(),
                     what=url)
         self.accepted.put(parsed)
+
+    def _verified(self, fetched: Fetched, signature_url: str, keyrings: list[Path],
+                  hint: str) -> str:
+        """Fetch the detached signature of a fetched metadata file and verify it with the
+        remote's keys: the fingerprint of the signing key, or refused naming what failed."""
+        signature = fetch_small(signature_url, float(self.config.timeout_seconds))
+        if signature is None:
+            raise UpdateRefused(f"{fetched.url} has no signature "
+                                f"({signature_url.rsplit('/', 1)[-1]})",
+                                hint=hint)
+        self.metadata_bytes += len(fetched.data) + len(signature.data)
+        return verify_signature(self.system.runner, fetched.data, signature.data, keyrings,
+                                fetched.url)
 
     def _fetch(self, index: Index | None, booted: Booted, remote: str,
                keyrings: list[Path]) -> str:

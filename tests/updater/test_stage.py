@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from builder.core.errors import ToolError
 from builder.core.runner import Runner
 from builder.updater.apply import FINALIZE, stage
 from builder.updater.index import UpdateRefused
@@ -32,6 +33,8 @@ class Recorder(Runner):
         self.calls.append(args)
         code = self.systemctl_code if args[0] == "systemctl" else 0
         stderr = b"Unit ostree-finalize-staged.service not found.\n" if code else b""
+        if code and kwargs.get("check", True):
+            raise ToolError(args, code, stderr.decode())
         return subprocess.CompletedProcess(args, code, b"", stderr)
 
 
@@ -48,7 +51,8 @@ def test_on_the_device_the_finalize_service_runs_before_staging_returns() -> Non
 
 
 def test_a_finalize_service_that_cannot_start_fails_the_update() -> None:
-    with pytest.raises(UpdateRefused, match="would be dropped at shutdown"):
+    with pytest.raises(UpdateRefused, match=r"service not found\.: the staged deployment "
+                                            r"would be dropped at shutdown"):
         stage(System(Path("/"), Recorder(5)), BOOTED, "edge", COMMIT)
 
 
