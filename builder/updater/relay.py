@@ -218,22 +218,22 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
                 if value is not None:
                     self.send_header(name, value)
             self.end_headers()
-            complete = False
             try:
-                while True:
-                    data = response.read(relay.bucket.chunk)
-                    if not data:
-                        complete = True
-                        break
+                while data := response.read(relay.bucket.chunk):
+                    if response.isclosed():
+                        # The whole body is in hand: the connection serves the next request
+                        # while this one's last chunk waits for the cap and goes out.
+                        _give_back(relay, response, connection)
+                        connection = None
                     relay.count(len(data))
                     relay.bucket.take(len(data))
                     self.wfile.write(data)
+                _give_back(relay, response, connection)
+                connection = None
             except (OSError, http.client.HTTPException):
                 pass  # ostree retries a cut request; the relay closes both sides
             finally:
-                if connection is not None and complete and not response.will_close:
-                    relay.upstream.give_back(connection)
-                elif connection is not None:
+                if connection is not None:
                     connection.close()
 
         def log_message(self, format: str, *args: Any) -> None:
@@ -241,3 +241,11 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
 
     return Handler
 
+
+def _give_back(relay: Relay, response: http.client.HTTPResponse,
+               connection: http.client.HTTPConnection | None) -> None:
+    """Keep the connection for the next request if the remote left it open."""
+    if connection is not None and not response.will_close:
+        relay.upstream.give_back(connection)
+    elif connection is not None:
+        connection.close()
