@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.baseos import greenboot
 from builder.baseos.debian import (
     OVERLAY,
     DebianSource,
@@ -63,6 +64,7 @@ def ensure_bootable_base(ctx: Context, mirror: str | None = None) -> BootableBas
     standins = _standins(ctx)
     identity = hashlib.sha256(canonical_json({
         "debian": source.identity(), "overlay": tree_digest(OVERLAY),
+        "greenboot": tree_digest(greenboot.FILES), "greenboot-pins": file_digest(greenboot.PINS),
         "standins": {rpm.name: file_digest(rpm) for rpm in standins},
         "epoch": ctx.release.source_date_epoch, "layout": LAYOUT,
         # How the tree is laid out is this package's code: a change to it is a new base.
@@ -102,6 +104,7 @@ def _build(ctx: Context, repo: Repo, ref: str, *, source: DebianSource,
         tree = work / "tree"
         mmdebstrap(ctx.runner, ctx.progress, source, tree, epoch)
         packages = installed_packages(tree)
+        pinned = greenboot.read_pins()
         kernel = make_bootable_tree(ctx.runner, tree, standins, epoch)
         record = tree / "usr/share/sample-base/packages.txt"
         record.parent.mkdir(parents=True, exist_ok=True)
@@ -118,7 +121,8 @@ def _build(ctx: Context, repo: Repo, ref: str, *, source: DebianSource,
         repo.set_ref(ref, commit)
         write_atomic(repo.path.parent / f"{source.arch}.json", json.dumps({
             "ref": ref, "commit": commit, "kernel": kernel, "identity": identity,
-            "debian": source.identity(), "installed": packages}, indent=2).encode() + b"\n")
+            "debian": source.identity(), "installed": packages,
+            "greenboot": {"tag": pinned.tag, "commit": pinned.commit}}, indent=2).encode() + b"\n")
         ctx.progress.info(f"{ref} = {commit} in {repo.path}")
         return commit, kernel
     finally:

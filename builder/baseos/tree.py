@@ -17,6 +17,7 @@ import re
 import shutil
 from pathlib import Path
 
+from builder.baseos import greenboot
 from builder.baseos.debian import OVERLAY
 from builder.compose.base import SAMPLE_DBPATH, integration_layout
 from builder.compose.rootfs import clean_rpmdb, etc_to_usr_etc, rpm_env
@@ -45,15 +46,18 @@ def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: 
     kver = kernel_layout(tree)
     for name in ("dev", "proc", "sys", "run", "tmp", "var", "root", "usr/local"):
         _empty(tree / name)
+    release = greenboot.install(tree)
     shutil.copytree(OVERLAY, tree, symlinks=True, dirs_exist_ok=True)
     for sub in GREENBOOT_DIRS:
         for top in ("usr/lib/greenboot", "etc/greenboot"):
             (tree / top / sub).mkdir(parents=True, exist_ok=True)
-    for unit in (*ENABLED, *sorted(p.name for p in (OVERLAY / UNITS).iterdir())):
+    overlay_units = sorted(p.name for p in (OVERLAY / UNITS).iterdir() if p.is_file())
+    # greenboot's package enables all its units (%systemd_post, Fedora's presets).
+    for unit in (*ENABLED, *release.units, *overlay_units):
         enable_unit(tree, unit)
     for link in DISABLED:
         (tree / "etc/systemd/system" / link).unlink(missing_ok=True)
-    # greenboot calls grub2-editenv, Debian names it grub-editenv.
+    # greenboot calls /usr/bin/grub2-editenv, Debian names it grub-editenv.
     os.symlink("grub-editenv", tree / "usr/bin/grub2-editenv")
     (tree / "etc/hostname").write_text(HOSTNAME)
     # Empty: systemd makes the machine's own id at first boot.

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -euo pipefail
+
+echo "Running greenboot Required Health Check Scripts"
