@@ -26,6 +26,7 @@ from builder.core.children import stop_gpg_agents
 from builder.core.diskspace import no_space_error
 from builder.core.errors import BuildError
 from builder.core.progress import Progress
+from builder.core.reaper import Reaper
 
 PROG = "microshift-builder"
 
@@ -99,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:  # CI records which tool made the artifacts
         ctx.progress.info(f"{PROG} {__version__}", version=__version__)
     started = time.time()
+    build_dir = ctx.build_dir if hasattr(args, "build_dir") else None
+    homes = [home for home in (getattr(args, "gpg_homedir", None),) if home is not None]
+    # Stops the agents this run leaves even if the run is killed with SIGKILL.
+    reaper = Reaper(build_dir, homes, started)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         with _build_dir_held(ctx, args, sys.argv[1:] if argv is None else argv):
@@ -120,9 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         # Failed or not, no gpg-agent this run started outlives it.
-        homes = [home for home in (getattr(args, "gpg_homedir", None),) if home is not None]
-        stop_gpg_agents(ctx.runner, ctx.build_dir if hasattr(args, "build_dir") else None,
-                        homes, started)
+        stop_gpg_agents(ctx.runner, build_dir, homes, started)
+        reaper.close()
 
 
 class Terminated(BaseException):

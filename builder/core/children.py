@@ -24,7 +24,7 @@ import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,13 +36,19 @@ PROC = Path("/proc")
 # The real paths of the temporary GnuPG homes this process made (make_gnupg_home): unique
 # (mkdtemp), so an agent whose home is inside one is ours, whether or not it still exists.
 _MADE_HOMES: set[Path] = set()
+# Told of every home as it is made: the run's reaper (core/reaper.py), which stops the
+# agents left in them if the run is killed before it can.
+_WATCHERS: list[Callable[[Path], None]] = []
 
 
 def make_gnupg_home(prefix: str, *, dir: Path | None = None) -> Path:
     """A new, empty GnuPG home (mode 0700) in `dir` (default: the temporary directory),
     recorded so that the run's end stops any agent left in it; the caller deletes it."""
     home = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
-    _MADE_HOMES.add(Path(os.path.realpath(home)))
+    real = Path(os.path.realpath(home))
+    _MADE_HOMES.add(real)
+    for watcher in list(_WATCHERS):
+        watcher(real)
     home.chmod(0o700)
     return home
 
@@ -66,6 +72,15 @@ def tool_tmpdir(home: Path) -> dict[str, str]:
 
 def made_gnupg_homes() -> frozenset[Path]:
     return frozenset(_MADE_HOMES)
+
+
+def watch_made_homes(watcher: Callable[[Path], None]) -> None:
+    _WATCHERS.append(watcher)
+
+
+def unwatch_made_homes(watcher: Callable[[Path], None]) -> None:
+    with contextlib.suppress(ValueError):
+        _WATCHERS.remove(watcher)
 
 
 @dataclass(frozen=True)
@@ -115,18 +130,19 @@ def _inside(path: Path, roots: Iterable[Path]) -> bool:
 
 
 def stop_gpg_agents(runner: Runner, build_dir: Path | None, given_homes: Iterable[Path],
-                    run_started: float) -> list[Agent]:
+                    run_started: float, *, made: Iterable[Path] | None = None) -> list[Agent]:
     """Stop the agents this run left (see the module docstring); returns them.
 
     The build directory's GnuPG homes are its direct children (DIR/gpg, DIR/.gpg-*): a build
     directory nested inside it (a benchmark's, under build/bench/) is another run's. A home
     this process made (make_gnupg_home) is ours, gone or not. A GnuPG home the user gave
     (--gpg-homedir) may be their own, with an agent they were using before the run: only an
-    agent started during the run is stopped there.
+    agent started during the run is stopped there. `made`: the homes another process made
+    (the run's reaper stops what the run left), instead of this process's own.
     """
     build = Path(os.path.realpath(build_dir)) if build_dir is not None else None
     homes = [Path(os.path.realpath(home)) for home in given_homes]
-    made = made_gnupg_homes()
+    made = made_gnupg_homes() if made is None else frozenset(made)
     stopped = []
     for agent in gpg_agents():
         during_run = agent.started >= run_started - 1  # start times have 1/100 s ticks

@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -138,3 +139,37 @@ def test_a_failed_run_leaves_no_agent(built_release: Path, tmp_path: Path) -> No
     assert run_cli("--release", RELEASE, "compose", "--build-dir", build) == 1
     assert (build / "gpg" / "pubring.kbx").is_file()
     assert agents_in(build) == []
+
+
+KILLED_RUN = """
+import os, signal, subprocess, sys, time
+from pathlib import Path
+from builder.core.children import make_gnupg_home
+from builder.core.reaper import Reaper
+build = Path(sys.argv[1])
+reaper = Reaper(build, [], time.time())
+for home in (build / "gpg", make_gnupg_home("r-", dir=build) / "g"):
+    home.mkdir(mode=0o700)
+    subprocess.run(["gpg-connect-agent", "--homedir", str(home), "/bye"], check=True,
+                   capture_output=True)
+print("agents up", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_run_killed_with_sigkill_leaves_no_agent_five_seconds_later(tmp_path: Path) -> None:
+    """The run's reaper reads end-of-file when the kernel closes the killed run's pipe, and
+    stops the agents of the build directory's home and of a home the run made (told to it
+    while the run went on). A kill -9 runs no `finally` in the run itself."""
+    build = tmp_path / "b"
+    build.mkdir()
+    run = subprocess.run([sys.executable, "-c", KILLED_RUN, str(build)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert run.returncode == -signal.SIGKILL and "agents up" in run.stdout, run.stderr
+    deadline = time.monotonic() + 5
+    while agents_in(build) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = agents_in(build)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
