@@ -2,8 +2,8 @@
 
 RHEL for Edge base commits cannot be fetched here, so a base that really boots (a kernel,
 systemd, ostree's boot integration, GRUB's environment tools, Python for the image's own
-programs, a SAMPLE greenboot) is built from Debian packages with mmdebstrap, laid out as an
-edge commit (kernel and initramfs under /usr/lib/modules/KVER/, /etc as /usr/etc, empty
-/var) and committed into DIR/baseos/repo. A release names it as any base commit:
+programs, upstream greenboot as released) is built from Debian packages with mmdebstrap,
+laid out as an edge commit (kernel and initramfs under /usr/lib/modules/KVER/, /etc as
+/usr/etc, empty /var) and committed into DIR/baseos/repo. A release names it as any base commit:
 `ostree: {base: {repo: DIR/baseos/repo, ref: sample/debian12/{arch}/base}}`.
 """

@@ -3,11 +3,12 @@
 What rpm-ostree's compose does for a RHEL for Edge commit, for the Debian tree mmdebstrap
 made: the kernel and its initramfs under /usr/lib/modules/KVER/ (where ostree looks for them;
 /boot stays empty), /etc stored as /usr/etc, /var empty (systemd-tmpfiles makes what it
-needs at boot), the ostree integration links, and the SAMPLE base's own files from
-baseos/overlay (a SAMPLE greenboot, the GRUB menu generator, DHCP). The SAMPLE stand-in
-RPMs the release depsolves against are recorded in an rpm database, without their files
-(`rpm --justdb`), so the compose installs only MicroShift's packages on top, as it does on a
-RHEL for Edge base whose rpm database lists the real ones.
+needs at boot), the ostree integration links, upstream greenboot as released
+(baseos/greenboot/, each file pinned: builder/baseos/greenboot.py), and the SAMPLE base's own
+files from baseos/overlay (the GRUB menu generator, DHCP, what greenboot needs that Debian
+lacks). The SAMPLE stand-in RPMs the release depsolves against are recorded in an rpm
+database, without their files (`rpm --justdb`), so the compose installs only MicroShift's
+packages on top, as it does on a RHEL for Edge base whose rpm database lists the real ones.
 """
 
 from __future__ import annotations
