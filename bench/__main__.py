@@ -5,7 +5,8 @@
 `realscale` (issue 11) is heavy (about half an hour on 2 cores) and runs only when named:
 `python -m bench realscale [--series hugo-0.163|hugo-0.152] [--releases N]`.
 `signals` (issue 32) kills each long command at random moments ROUNDS times per signal
-(`python -m bench signals --rounds 20`: about 2 hours) and runs only when named.
+(`python -m bench signals --rounds 20`: about 2 hours) and runs only when named;
+`--only NAME` (repeatable) kills only that command, e.g. `--only "composer compose"`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ def main() -> int:
     parser.add_argument("--releases", type=int, default=None,
                         help="realscale: compose the last N releases of the series (default: "
                              "all; 2 is the adjacent pair alone)")
+    parser.add_argument("--only", action="append", choices=signals.NAMES, default=[],
+                        metavar="NAME", help="signals: only this command (repeatable): "
+                                             f"{', '.join(signals.NAMES)}")
     args = parser.parse_args()
     which = set(args.which or DEFAULT)
     if which - set(BENCHMARKS):
@@ -59,7 +63,8 @@ def main() -> int:
         (args.out / "ota.json").write_text(json.dumps(result, indent=2) + "\n")
         print(ota.report(result))
     if "signals" in which:
-        result = signals.measure(args.rounds, args.release.resolve(), args.out)
+        result = signals.measure(args.rounds, args.release.resolve(), args.out,
+                                 args.only)
         (args.out / "signals.json").write_text(json.dumps(result, indent=2) + "\n")
         print(signals.report(result))
     if "arches" in which:

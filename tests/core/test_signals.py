@@ -121,3 +121,30 @@ def test_an_agent_of_a_live_home_elsewhere_is_not_stopped(tmp_path: Path) -> Non
     finally:
         subprocess.run(["gpgconf", "--homedir", str(other), "--kill", "gpg-agent"],
                        check=False)
+
+
+# SIGTERM while the CLI's modules load (before its own handler exists): as a cancelled CI
+# job sends it to a run that has just started.
+EARLY = """
+import os, signal, time
+import builder.__main__ as entry
+entry.answer_sigterm()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(10)
+"""
+
+
+def test_sigterm_before_the_cli_has_loaded_ends_the_documented_way() -> None:
+    proc = subprocess.run([sys.executable, "-c", EARLY], cwd=PROJECT_ROOT, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert proc.returncode == 143
+    assert proc.stderr.splitlines() == [
+        "terminated (SIGTERM): the run stopped; a rerun resumes it"]
+
+
+def test_the_installed_command_answers_sigterm_from_the_start() -> None:
+    """`microshift-builder` (pyproject's entry point) goes through the same guard."""
+    import tomllib
+
+    scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["microshift-builder"] == "builder.__main__:run"
