@@ -122,6 +122,14 @@ def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]
         # gives one, and MicroShift takes the node IP from the default route.
         "systemd/network/80-sample-wired.network.d/10-router.conf":
             b"[Route]\nGateway=10.0.2.2\n",
+        # The scenario's short wait (15 s, not MicroShift's 300) is meant for MicroShift's
+        # readiness, not for how late an emulated boot starts it: upstream greenboot orders
+        # its check after nothing, and under TCG MicroShift became active 18 s after the
+        # check began waiting, so a healthy v1 was judged red. Ordered after MicroShift's
+        # start (bounded by its TimeoutStartSec=2m, then failed and judged red), the wait
+        # measures the API and the workloads.
+        "systemd/system/greenboot-healthcheck.service.d/10-after-microshift.conf":
+            b"[Unit]\nAfter=microshift.service\n",
         # The updater's log on the console too, where the scenario reads it.
         "systemd/system/microshift-update.service.d/10-console.conf":
             b"[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n",
