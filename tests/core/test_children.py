@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -148,7 +150,7 @@ from builder.core.children import make_gnupg_home
 from builder.core.reaper import Reaper
 build = Path(sys.argv[1])
 reaper = Reaper(build, [], time.time())
-for home in (build / "gpg", make_gnupg_home("r-", dir=build) / "g"):
+for home in (build / "gpg", make_gnupg_home("r", dir=build) / "g"):
     home.mkdir(mode=0o700)
     subprocess.run(["gpg-connect-agent", "--homedir", str(home), "/bye"], check=True,
                    capture_output=True)
@@ -157,12 +159,20 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_run_killed_with_sigkill_leaves_no_agent_five_seconds_later(tmp_path: Path) -> None:
+def test_a_run_killed_with_sigkill_leaves_no_agent_five_seconds_later() -> None:
     """The run's reaper reads end-of-file when the kernel closes the killed run's pipe, and
     stops the agents of the build directory's home and of a home the run made (told to it
     while the run went on). A kill -9 runs no `finally` in the run itself."""
-    build = tmp_path / "b"
-    build.mkdir()
+    # A short directory: a GnuPG home's agent sockets must fit in 107 bytes, and a pytest
+    # worker's tmp_path is deep.
+    build = Path(tempfile.mkdtemp(prefix="b-", dir="/tmp"))
+    try:
+        _killed_run_leaves_nothing(build)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+
+
+def _killed_run_leaves_nothing(build: Path) -> None:
     run = subprocess.run([sys.executable, "-c", KILLED_RUN, str(build)], capture_output=True,
                          text=True, timeout=60, check=False)
     assert run.returncode == -signal.SIGKILL and "agents up" in run.stdout, run.stderr
