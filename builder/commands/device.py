@@ -85,9 +85,10 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     simulate.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto",
                           help="--vm: QEMU's accelerator (auto: KVM when a KVM boot reaches "
                                "GRUB, else TCG)")
-    simulate.add_argument("--time-limit", type=int, default=900, metavar="SECONDS",
+    simulate.add_argument("--time-limit", type=int, default=1200,
+                          metavar="SECONDS",
                           help="--vm: stop the VM when the scenario has not settled after "
-                               "this long (default: 900)")
+                               "this long (default: 1200, twice bad-update's boots under TCG)")
     simulate.add_argument("--mirror", help="--vm: Debian mirror for the SAMPLE bootable base")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
