@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -24,6 +25,11 @@ from builder.core import children
 from builder.core.runner import Runner
 
 WAIT = 10.0  # seconds a finished run waits for its reaper (two agents' 2 s grace, and more)
+# A gpg the killed run had started is not killed with it and may start an agent a moment
+# after the run died (bench signals: 2 of 20 SIGKILLs of `composer compose`, while signing):
+# the reaper looks again for this long before it exits.
+LINGER = 2.0
+ENDED = b"\0ended\n"  # the run's last word when it ends by itself (not a path: NUL)
 
 
 class Reaper:
@@ -55,6 +61,8 @@ class Reaper:
         """End the pipe and wait for the reaper's last look."""
         children.unwatch_made_homes(self.home_made)
         with contextlib.suppress(OSError):
+            os.write(self._write_end, ENDED)  # not killed: its children are done, no lingering
+        with contextlib.suppress(OSError):
             os.close(self._write_end)
         try:
             self.process.wait(WAIT)
@@ -65,14 +73,22 @@ class Reaper:
 
 def reap(settings: dict[str, object], lines: Iterable[bytes]) -> list[children.Agent]:
     """Wait for the run's end (the end of `lines`), then stop what it left."""
-    made = {Path(os.fsdecode(line.rstrip(b"\n"))) for line in lines if line.strip()}
+    received = [line.rstrip(b"\n") for line in lines if line.strip()]
+    ended = ENDED.rstrip(b"\n") in received
+    made = {Path(os.fsdecode(line)) for line in received if b"\0" not in line}
     build_dir = settings.get("build_dir")
     given = settings.get("given") or []
     started = settings.get("started")
     assert isinstance(given, list) and isinstance(started, (int, float))
-    return children.stop_gpg_agents(Runner(), Path(str(build_dir)) if build_dir else None,
-                                    [Path(str(home)) for home in given], float(started),
-                                    made=made)
+    stopped: list[children.Agent] = []
+    deadline = time.monotonic() + (0 if ended else LINGER)
+    while True:
+        stopped += children.stop_gpg_agents(
+            Runner(), Path(str(build_dir)) if build_dir else None,
+            [Path(str(home)) for home in given], float(started), made=made)
+        if time.monotonic() >= deadline:
+            return stopped
+        time.sleep(0.25)
 
 
 def main(argv: list[str]) -> int:
