@@ -62,6 +62,8 @@ def ensure_bootable_base(ctx: Context, mirror: str | None = None) -> BootableBas
     arch = ctx.target_arch
     source = debian_source(arch, mirror)
     standins = _standins(ctx)
+    # Checked before anything is built: mmdebstrap takes minutes.
+    release = greenboot.verified()
     identity = hashlib.sha256(canonical_json({
         "debian": source.identity(), "overlay": tree_digest(OVERLAY),
         "greenboot": tree_digest(greenboot.FILES), "greenboot-pins": file_digest(greenboot.PINS),
@@ -81,7 +83,7 @@ def ensure_bootable_base(ctx: Context, mirror: str | None = None) -> BootableBas
     with ctx.progress.step(f"SAMPLE bootable base: Debian {source.suite} {source.debian_arch} "
                            f"from {source.mirror}"):
         commit, kernel = _build(ctx, repo, ref, source=source, standins=standins,
-                                identity=identity)
+                                identity=identity, release=release)
     return BootableBase(repo.path, ref, commit, kernel, built=True)
 
 
@@ -96,7 +98,8 @@ def _standins(ctx: Context) -> list[Path]:
 
 
 def _build(ctx: Context, repo: Repo, ref: str, *, source: DebianSource,
-           standins: list[Path], identity: str) -> tuple[str, str]:
+           standins: list[Path], identity: str,
+           release: greenboot.Release) -> tuple[str, str]:
     epoch = ctx.release.source_date_epoch
     repo.init("bare")
     work = Path(tempfile.mkdtemp(prefix=".build-", dir=repo.path.parent))
@@ -104,8 +107,7 @@ def _build(ctx: Context, repo: Repo, ref: str, *, source: DebianSource,
         tree = work / "tree"
         mmdebstrap(ctx.runner, ctx.progress, source, tree, epoch)
         packages = installed_packages(tree)
-        pinned = greenboot.read_pins()
-        kernel = make_bootable_tree(ctx.runner, tree, standins, epoch)
+        kernel = make_bootable_tree(ctx.runner, tree, standins, epoch, release)
         record = tree / "usr/share/sample-base/packages.txt"
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text("".join(f"{line}\n" for line in packages))
@@ -122,7 +124,8 @@ def _build(ctx: Context, repo: Repo, ref: str, *, source: DebianSource,
         write_atomic(repo.path.parent / f"{source.arch}.json", json.dumps({
             "ref": ref, "commit": commit, "kernel": kernel, "identity": identity,
             "debian": source.identity(), "installed": packages,
-            "greenboot": {"tag": pinned.tag, "commit": pinned.commit}}, indent=2).encode() + b"\n")
+            "greenboot": {"tag": release.tag, "commit": release.commit}},
+            indent=2).encode() + b"\n")
         ctx.progress.info(f"{ref} = {commit} in {repo.path}")
         return commit, kernel
     finally:

@@ -77,13 +77,12 @@ def verified(source: Path = FILES, pins: Path = PINS) -> Release:
     return release
 
 
-def install(tree: Path, source: Path = FILES, pins: Path = PINS) -> Release:
-    """Copy the verified release into `tree` at its install modes, as its package would."""
-    release = verified(source, pins)
+def install(tree: Path, release: Release, source: Path = FILES) -> None:
+    """Copy a release `verified` from `source` into `tree` at its install modes, as its
+    package would."""
     for name, (_, mode) in sorted(release.files.items()):
         target = tree / "usr/share/licenses/greenboot/LICENSE" if name == "LICENSE" \
             else tree / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source / name, target)
         os.chmod(target, int(mode, 8))
-    return release

@@ -42,12 +42,13 @@ GREENBOOT_DIRS = ("check/required.d", "check/wanted.d", "green.d", "red.d")
 HOSTNAME = "microshift-sample\n"
 
 
-def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: int) -> str:
+def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: int,
+                       release: greenboot.Release) -> str:
     """Lay `tree` out as an edge base commit's tree; returns the kernel version."""
     kver = kernel_layout(tree)
     for name in ("dev", "proc", "sys", "run", "tmp", "var", "root", "usr/local"):
         _empty(tree / name)
-    release = greenboot.install(tree)
+    greenboot.install(tree, release)
     shutil.copytree(OVERLAY, tree, symlinks=True, dirs_exist_ok=True)
     for sub in GREENBOOT_DIRS:
         for top in ("usr/lib/greenboot", "etc/greenboot"):

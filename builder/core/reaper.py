@@ -80,12 +80,13 @@ def reap(settings: dict[str, object], lines: Iterable[bytes]) -> list[children.A
     given = settings.get("given") or []
     started = settings.get("started")
     assert isinstance(given, list) and isinstance(started, (int, float))
+    build = Path(str(build_dir)) if build_dir else None
+    homes = [Path(str(home)) for home in given]
+    runner = Runner()
     stopped: list[children.Agent] = []
     deadline = time.monotonic() + (0 if ended else LINGER)
     while True:
-        stopped += children.stop_gpg_agents(
-            Runner(), Path(str(build_dir)) if build_dir else None,
-            [Path(str(home)) for home in given], float(started), made=made)
+        stopped += children.stop_gpg_agents(runner, build, homes, float(started), made=made)
         if time.monotonic() >= deadline:
             return stopped
         time.sleep(0.25)

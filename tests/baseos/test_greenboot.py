@@ -74,7 +74,8 @@ def test_a_pin_list_with_a_bad_entry_is_named(tmp_path: Path) -> None:
 
 def test_install_lays_the_files_out_as_the_package_does(tmp_path: Path) -> None:
     tree = tmp_path / "tree"
-    release = greenboot.install(tree)
+    release = greenboot.verified()
+    greenboot.install(tree, release)
     runner = tree / "usr/libexec/greenboot/greenboot"
     assert runner.stat().st_mode & 0o777 == 0o755
     assert (tree / "usr/lib/systemd/system/greenboot-healthcheck.service").stat().st_mode \
@@ -92,7 +93,7 @@ def boot_namespace(tmp_path: Path) -> Path:
     requires.need_tools("unshare")
     if find_tool("grub-editenv") is None and find_tool("grub2-editenv") is None:
         requires.need_tools("grub-editenv")
-    greenboot.install(tmp_path / "tree")
+    greenboot.install(tmp_path / "tree", greenboot.verified())
     (tmp_path / "work").mkdir()
     (tmp_path / "boot/grub2").mkdir(parents=True)
     (tmp_path / "tree/usr/bin").mkdir()
