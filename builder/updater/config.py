@@ -18,6 +18,10 @@ CONFIG_PATH = Path("etc/microshift/update.yaml")
 WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]):([0-5][0-9])$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+# updates_url may also be a directory: a USB stick with the published updates/ on it.
+UPDATES_URL_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:///\S*)$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+MAX_LABELS = 32
 GIB = 1024 ** 3
 LIMITS = {  # key: (default, minimum, maximum, allowed text)
     "max_bytes_per_second": (0, 0, 10 * GIB, "0 (no cap) or bytes per second"),
@@ -57,6 +61,11 @@ class UpdateConfig:
     reboot: bool = False
     maintenance_window: Window | None = None
     allow_downgrade: bool = False
+    collector_url: str = ""   # where verdicts are POSTed ("": left in the outbox)
+    labels: tuple[tuple[str, str], ...] = ()   # matched by rollout waves with labels
+
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
 
 
 def load_update_config(path: Path) -> UpdateConfig:
@@ -73,8 +82,12 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
     top.check("remote", remote, lambda r: r == "" or NAME_RE.match(r),
               "an ostree remote name (letters, digits, '.', '_', '-')")
     url = top.get("updates_url", str, "")
-    top.check("updates_url", url, lambda u: u == "" or URL_RE.match(u),
+    top.check("updates_url", url, lambda u: u == "" or UPDATES_URL_RE.match(u),
+              "an http://, https:// or file:/// URL without spaces")
+    collector = top.get("collector_url", str, "")
+    top.check("collector_url", collector, lambda u: u == "" or URL_RE.match(u),
               "an http:// or https:// URL without spaces")
+    labels = _labels(top)
     numbers = {key: _number(top, key) for key in LIMITS}
     reboot = top.get("reboot", bool, False)
     window_text = top.get("maintenance_window", str, "")
@@ -88,7 +101,17 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
     top.close()
     return UpdateConfig(remote=remote, updates_url=url.rstrip("/") + "/" if url else "",
                         reboot=reboot, maintenance_window=window, allow_downgrade=downgrade,
-                        **numbers)
+                        collector_url=collector, labels=labels, **numbers)
+
+
+def _labels(top: Fields) -> tuple[tuple[str, str], ...]:
+    labels = top.get("labels", dict, {})
+    allowed = (f"at most {MAX_LABELS} labels, names and values of letters, digits, '.', '_', "
+               "'/', '-' (at most 63, starting with a letter or digit)")
+    top.check("labels", labels, lambda m: len(m) <= MAX_LABELS and all(
+        isinstance(k, str) and isinstance(v, str) and LABEL_RE.match(k) and LABEL_RE.match(v)
+        for k, v in m.items()), allowed)
+    return tuple(sorted(labels.items()))
 
 
 def _number(top: Fields, key: str) -> int:

@@ -104,6 +104,14 @@ class Download:
         self.report(self.transfer.resumed_from, self.delta.size)
 
     def _get(self, offset: int) -> None:
+        if self.url.startswith("file://"):
+            # A USB stick: the same resumable copy, read from where the part ends.
+            path = Path(urllib.request.url2pathname(self.url[len("file://"):]))
+            self.transfer.requests += 1
+            with path.open("rb") as local:
+                local.seek(offset)
+                self._copy(local, offset)  # type: ignore[arg-type]
+            return
         request = urllib.request.Request(self.url, headers={"Range": f"bytes={offset}-"})
         self.transfer.requests += 1
         with urllib.request.urlopen(request, timeout=self.limits.timeout) as response:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.updater.index import CHECKSUM, UpdateRefused, load_document
+from builder.updater.rollout import Rollout, parse_rollout
 
 TIMESTAMP = "timestamp.json"
 TIMESTAMP_SIGNATURE = "timestamp.json.sig"
@@ -43,17 +44,22 @@ class Timestamp:
     index_sha256: str
     issued: int
     expires: int
+    rollout: Rollout | None = None   # builder/updater/rollout.py; None: every device at once
 
     def to_json(self) -> str:
-        return json.dumps({"format": TIMESTAMP_FORMAT, "ref": self.ref,
-                           "index_sha256": self.index_sha256, "issued": self.issued,
-                           "expires": self.expires}, indent=2, sort_keys=True) + "\n"
+        document: dict[str, Any] = {"format": TIMESTAMP_FORMAT, "ref": self.ref,
+                                    "index_sha256": self.index_sha256, "issued": self.issued,
+                                    "expires": self.expires}
+        if self.rollout is not None:
+            document["rollout"] = self.rollout.to_dict()
+        return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
 def timestamp_for(ref: str, index: bytes, validity_seconds: int,
-                  now: float | None = None) -> Timestamp:
+                  now: float | None = None, rollout: Rollout | None = None) -> Timestamp:
     issued = int(time.time() if now is None else now)
-    return Timestamp(ref, hashlib.sha256(index).hexdigest(), issued, issued + validity_seconds)
+    return Timestamp(ref, hashlib.sha256(index).hexdigest(), issued, issued + validity_seconds,
+                     rollout)
 
 
 def parse_timestamp(data: bytes, what: str) -> Timestamp:
@@ -65,7 +71,9 @@ def parse_timestamp(data: bytes, what: str) -> Timestamp:
             or not _seconds(issued) or not _seconds(expires) or expires <= issued:
         raise UpdateRefused(f"{what}: needs ref, index_sha256 (64 hex digits), and issued "
                             "before expires (seconds since the epoch)")
-    return Timestamp(ref, digest, issued, expires)
+    rollout = document.get("rollout")
+    return Timestamp(ref, digest, issued, expires,
+                     None if rollout is None else parse_rollout(rollout, what))
 
 
 def _seconds(value: Any) -> bool:

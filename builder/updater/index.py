@@ -66,6 +66,8 @@ class Fetched:
 
 def fetch_small(url: str, timeout: float) -> Fetched | None:
     """GET a metadata file whole; None when the server has no such file (404)."""
+    if url.startswith("file://"):
+        return _read_local(url)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
             data = response.read(MAX_METADATA + 1)
@@ -76,6 +78,21 @@ def fetch_small(url: str, timeout: float) -> Fetched | None:
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise BuildError(f"GET {url}: {reason}") from exc
+    if len(data) > MAX_METADATA:
+        raise UpdateRefused(f"{url} is larger than {MAX_METADATA} bytes: not an update index")
+    return Fetched(data, url)
+
+
+def _read_local(url: str) -> Fetched | None:
+    """A metadata file on a USB stick (updates_url: file:///...): a missing one is a 404."""
+    path = Path(urllib.request.url2pathname(url[len("file://"):]))
+    try:
+        with path.open("rb") as handle:
+            data = handle.read(MAX_METADATA + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BuildError(f"read {path}: {exc.strerror or exc}") from exc
     if len(data) > MAX_METADATA:
         raise UpdateRefused(f"{url} is larger than {MAX_METADATA} bytes: not an update index")
     return Fetched(data, url)

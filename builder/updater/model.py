@@ -7,12 +7,23 @@ The device reads the file with builder.updater.config (standard library and PyYA
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, StringConstraints, model_validator
 
 from builder.core.models import Model, refuse
-from builder.updater.config import LIMITS, NAME_RE, URL_RE, WINDOW_RE, parse_window
+from builder.updater.config import (
+    LABEL_RE,
+    LIMITS,
+    MAX_LABELS,
+    NAME_RE,
+    UPDATES_URL_RE,
+    URL_RE,
+    WINDOW_RE,
+    parse_window,
+)
+
+Label = Annotated[str, StringConstraints(pattern=LABEL_RE.pattern)]
 
 
 def _limit(key: str) -> Any:
@@ -27,8 +38,9 @@ class UpdateDocument(Model):
 
     remote: str = Field("", pattern=f"{NAME_RE.pattern}|^$", description=(
         "the ostree remote whose keys verify updates; empty: the booted deployment's"))
-    updates_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
-        "where updates/REF/ is published; empty: beside the remote's repository"))
+    updates_url: str = Field("", pattern=f"{UPDATES_URL_RE.pattern}|^$", description=(
+        "where updates/REF/ is published (file:///PATH: a USB stick); empty: beside the "
+        "remote's repository"))
     max_bytes_per_second: int = _limit("max_bytes_per_second")
     staging_max_bytes: int = _limit("staging_max_bytes")
     retries: int = _limit("retries")
@@ -39,6 +51,12 @@ class UpdateDocument(Model):
         "HH:MM-HH:MM in local time (may wrap past midnight), start and end differ; empty: "
         "no window"))
     allow_downgrade: bool = False
+    collector_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
+        "where the device POSTs its signed rollout verdicts; empty: they wait in "
+        "/var/lib/microshift-update/outbox for `rollout collect`"))
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=MAX_LABELS,
+                                       description="this device's labels, matched by rollout "
+                                                   "waves that select devices by label")
 
     @model_validator(mode="after")
     def _window(self) -> UpdateDocument:

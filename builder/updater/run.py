@@ -15,11 +15,13 @@ from builder.core.runner import Runner
 from builder.updater import apply
 from builder.updater.config import UpdateConfig
 from builder.updater.download import Download, Limits, Transfer
+from builder.updater.fleet import Fleet
 from builder.updater.freshness import (
     ACCEPTED,
     TIMESTAMP,
     TIMESTAMP_SIGNATURE,
     AcceptedFile,
+    Timestamp,
     check_fresh,
     date_text,
     parse_timestamp,
@@ -35,6 +37,7 @@ from builder.updater.index import (
     parse_index,
     verify_signature,
 )
+from builder.updater.outcome import Outcome
 from builder.updater.relay import Relay, Tls
 from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
@@ -61,6 +64,8 @@ class Run:
         self.metadata_bytes = 0
         self.download_seconds: float | None = None
         self.rebooted = False
+        self.statement: Timestamp | None = None
+        self.fleet = Fleet(root, status_file.path.parent, config, runner, log)
 
     def report(self) -> dict[str, Any]:
         return {"method": self.method or None, "state": self.status.state,
@@ -80,6 +85,18 @@ class Run:
         self.status_file.write(self.status)
 
     def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            # Verdicts go out whatever this run did: held, failed or staged.
+            self.fleet.send()
+
+    def note(self, kind: str) -> bool:
+        """greenboot's green.d or red.d hook: note this boot's result for the verdict."""
+        booted = self.system.booted()
+        return self.fleet.note(kind, booted.checksum, apply.pending(self.system))
+
+    def _run(self) -> None:
         booted = self.system.booted()
         if self.system.boot_failed_health_checks():
             # greenboot found this boot unhealthy: it reboots, or rolls back, or waits for an
@@ -89,6 +106,7 @@ class Run:
                      "update is looked for until a boot is healthy")
             return
         self._note_rollback(booted)
+        self.fleet.settle(booted.checksum, apply.pending(self.system))
         remote = self.config.remote or booted.remote
         self._set("checking", f"{remote}:{booted.ref}", booted=booted.checksum)
         self.log(f"booted {booted.checksum[:12]} of {remote}:{booted.ref}")
@@ -110,16 +128,39 @@ class Run:
             self.log(f"{target[:12]} is already staged")
             self._maybe_reboot()
             return
+        if target is not None and self._held(booted, target):
+            return
+        self.fleet.event("offered")
         commit = self._fetch(index, booted, remote, keyrings)
+        self.fleet.event("downloaded")
         if not self.config.allow_downgrade:
             apply.check_not_older(self.system, booted, commit)
         apply.stage(self.system, booted, remote, commit)
         shutil.rmtree(self.system.root / STAGING, ignore_errors=True)
-        self._set("staged", target=commit,
-                  target_version=index.to_version if index and index.to_version else "")
+        version = index.to_version if index and index.to_version else ""
+        self._set("staged", target=commit, target_version=version)
+        place = self.fleet.place
+        if place is not None:
+            self.fleet.staged(Outcome(booted.ref, place.rollout.id, place.wave, commit,
+                                      version, booted.checksum, self._version(booted.checksum)))
         self.log(f"staged {commit[:12]} ({self.method}); it boots at the next reboot, "
                  "and greenboot keeps it only if its health checks pass")
         self._maybe_reboot()
+
+    def _held(self, booted: Booted, target: str) -> bool:
+        """The statement's rollout keeps this device where it is for now: nothing is
+        downloaded, and the status says why."""
+        rollout = self.statement.rollout if self.statement else None
+        reason = self.fleet.gate(rollout, booted.ref, target)
+        if reason is None:
+            return False
+        self._set("held", reason, target=target)
+        self.log(f"held: {reason}")
+        return True
+
+    def _version(self, commit: str) -> str:
+        text = self.system.ostree("show", "--print-metadata-key=version", commit, check=False)
+        return text.strip().strip("'")
 
     def _note_rollback(self, booted: Booted) -> None:
         """A target this updater staged that neither runs nor waits to boot was rolled back
@@ -194,6 +235,7 @@ class Run:
         check_fresh(parsed, ref, index, accepted=self.accepted.get(ref), now=time.time(),
                     what=url)
         self.accepted.put(parsed)
+        self.statement = parsed
 
     def _verified(self, fetched: Fetched, signature_url: str, keyrings: list[Path],
                   hint: str) -> str:

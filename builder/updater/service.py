@@ -13,8 +13,10 @@
    greenboot then decides at the next boot, and rolls back a bad update as always;
 6. reboots when update.yaml says so, inside its maintenance window.
 
-`microshift-update status` prints the state (idle, downloading N of M bytes, staged, failed:
-reason). Runs on the device's Python 3.9 with the standard library and PyYAML.
+`microshift-update status` prints the state (idle, held by a rollout, downloading N of M
+bytes, staged, failed: reason). In a fleet rollout (builder/updater/fleet.py) the run stages
+only when the device's wave is open, and reports signed verdicts; `microshift-update note
+green|red` is greenboot's hook that notes each boot of the staged release. Runs on the device's Python 3.9 with the standard library and PyYAML.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
-from builder.updater.config import CONFIG_PATH, load_update_config
+from builder.updater.config import CONFIG_PATH, UpdateConfig, load_update_config
 from builder.updater.run import Run
 from builder.updater.status import STATE_DIR, STATUS, StatusFile
 
@@ -50,10 +52,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--report", type=Path, help="write what the run did as JSON here")
     status = actions.add_parser("status", help="print the updater's state")
     status.add_argument("--json", action="store_true", help="print the state as JSON")
+    note = actions.add_parser("note", help="greenboot's green.d/red.d hooks: note this boot's "
+                                           "result for the staged rollout update's verdict")
+    note.add_argument("result", choices=("green", "red"))
     args = parser.parse_args(argv)
     if args.action == "status":
         return print_status(args.root, as_json=args.json)
+    if args.action == "note":
+        return note_boot(args.root, args.result)
     return run_once(args.root, args.config or args.root / CONFIG_PATH, args.report)
+
+
+def note_boot(root: Path, result: str) -> int:
+    """Never fails the hook: greenboot's verdict is greenboot's, this only records it."""
+    status_file = StatusFile(root / STATE_DIR / STATUS)
+    try:
+        config = load_update_config(root / CONFIG_PATH)
+    except InputError:
+        config = UpdateConfig()
+    try:
+        if Run(root, config, Runner(), status_file, log).note(result):
+            log(f"noted a {result} boot for the staged update's verdict")
+    except (BuildError, OSError) as exc:
+        log(f"could not note the {result} boot: {str(exc).splitlines()[0]}")
+    return 0
 
 
 def print_status(root: Path, *, as_json: bool) -> int:

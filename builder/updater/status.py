@@ -1,8 +1,9 @@
 """The updater's state, readable by the admin: `microshift-update status`.
 
 /var/lib/microshift-update/status.json, replaced atomically at every change:
-state is one of idle, checking, downloading, applying, staged, failed; `detail` says more
-(the target commit, bytes so far, the reason of a failure).
+state is one of idle, checking, held, downloading, applying, staged, failed; `detail` says
+more (the target commit, bytes so far, why a rollout holds the device, the reason of a
+failure).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 STATE_DIR = Path("var/lib/microshift-update")
 STATUS = "status.json"
-STATES = ("idle", "checking", "downloading", "applying", "staged", "failed")
+STATES = ("idle", "checking", "held", "downloading", "applying", "staged", "failed")
 
 
 @dataclass

@@ -29,7 +29,9 @@ SHIPPED = PROJECT_ROOT / "specs/sources/microshift-update/etc/microshift/update.
 FULL = {"remote": "edge", "updates_url": "https://updates.example.com/edge/updates/",
         "max_bytes_per_second": 625000, "staging_max_bytes": 2 * 1024 ** 3, "retries": 3,
         "retry_delay_seconds": 10, "timeout_seconds": 30, "reboot": True,
-        "maintenance_window": "23:30-02:00", "allow_downgrade": False}
+        "maintenance_window": "23:30-02:00", "allow_downgrade": False,
+        "collector_url": "https://fleet.example.com/verdicts",
+        "labels": {"site": "madrid", "tier": "canary"}}
 
 
 def _model_accepts(doc: Any) -> bool:
@@ -97,8 +99,11 @@ def test_every_value_set_is_read() -> None:
      "differ"),
     ("reboot: 'yes'\n", "reboot", "true or false"),
     ("updates_url: ftp://x/\n", "updates_url",
-     "updates_url: 'ftp://x/' is not allowed; allowed: an http:// or https:// URL without "
-     "spaces"),
+     "updates_url: 'ftp://x/' is not allowed; allowed: an http://, https:// or file:/// "
+     "URL without spaces"),
+    ("collector_url: file:///x\n", "collector_url", "allowed: an http:// or https:// URL"),
+    ("labels: {site: [a]}\n", "labels", "at most 32 labels"),
+    ("labels: {-x: a}\n", "labels", "at most 32 labels"),
     ("remote: 'bad name'\n", "remote", "remote: 'bad name' is not allowed; allowed: an "
                                        "ostree remote name (letters, digits, '.', '_', '-')"),
     ("retries: 5\nbandwidth: 10\n", "bandwidth", "allowed keys here"),

@@ -1,0 +1,116 @@
+"""What became of a staged rollout update, kept until its verdict is made.
+
+/var/lib/microshift-update/outcome.json is written when the updater stages a commit of a
+rollout, in a file of its own: a later run that is held or fails rewrites status.json, never
+this. greenboot then adds to it through two hooks of the microshift-update package:
+
+    /usr/lib/greenboot/red.d/50-microshift-update-note.sh     `microshift-update note red`
+    /usr/lib/greenboot/green.d/50-microshift-update-note.sh   `microshift-update note green`
+
+red.d runs after every failed boot: on the new release, it notes the boot and the health
+check that failed (the first line of MicroShift's check failure log). green.d runs after a
+healthy boot: on the new release, the update is green; on another deployment while the new
+one is no longer staged, greenboot has rolled it back. The next updater run turns the notes
+into the signed verdict (builder/updater/verdicts.py) and removes the file; when a hook did
+not run (a device without greenboot's hooks, a crash), the run infers the same from what
+is booted and what is staged, only without the boots and the failed check.
+
+Device side: Python 3.9, standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+OUTCOME = "outcome.json"
+FAILURE_LOG = "run/microshift-greenboot/healthcheck-failure.log"
+BOOT_ID = "proc/sys/kernel/random/boot_id"
+
+
+@dataclass
+class Outcome:
+    ref: str
+    rollout: str
+    wave: int
+    target: str
+    target_version: str
+    from_commit: str
+    from_version: str
+    red_boots: list[dict[str, str]] = field(default_factory=list)  # {boot, check}
+    verdict: str = ""   # "", "green" or "rolled-back", as greenboot's hooks saw it
+
+    def payload(self, verdict: str, machine_id: str) -> dict[str, Any]:
+        boots = len(self.red_boots) + (1 if verdict == "green" else 0)
+        failed = self.red_boots[-1]["check"] if self.red_boots else ""
+        return {"machine_id": machine_id, "ref": self.ref, "rollout": self.rollout,
+                "commit": self.target, "wave": self.wave, "event": verdict,
+                "from_commit": self.from_commit, "from_version": self.from_version,
+                "version": self.target_version, "boots": boots, "failed_check": failed}
+
+
+class OutcomeFile:
+    def __init__(self, state: Path) -> None:
+        self.path = state / OUTCOME
+
+    def read(self) -> Outcome | None:
+        try:
+            data = json.loads(self.path.read_text())
+            return Outcome(**{k: v for k, v in data.items()
+                              if k in Outcome.__dataclass_fields__})
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self, outcome: Outcome) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(OUTCOME + ".new")
+        tmp.write_text(json.dumps(asdict(outcome), indent=2, sort_keys=True) + "\n")
+        os.replace(tmp, self.path)
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def note(outcome: Outcome, kind: str, root: Path, booted: str, pending: str | None) -> bool:
+    """Add what greenboot found on this boot (`kind`: red or green); whether it changed."""
+    if outcome.verdict:
+        return False
+    if booted == outcome.target:
+        if kind == "green":
+            outcome.verdict = "green"
+            return True
+        boot = _first_line(root / BOOT_ID) or "unknown"
+        if any(entry.get("boot") == boot for entry in outcome.red_boots):
+            return False
+        outcome.red_boots.append({"boot": boot,
+                                  "check": _first_line(root / FAILURE_LOG) or "unknown"})
+        return True
+    if pending != outcome.target:
+        # The new release neither runs nor waits to boot: greenboot rolled it back (the
+        # previous deployment's boot, healthy or not, is where that shows).
+        outcome.verdict = "rolled-back"
+        return True
+    return False
+
+
+def settled(outcome: Outcome, booted: str, pending: str | None) -> str | None:
+    """The final verdict, once there is one: called by an updater run, which runs only on a
+    boot greenboot found healthy."""
+    if outcome.verdict:
+        return outcome.verdict
+    if booted == outcome.target:
+        return "green"
+    if pending != outcome.target:
+        return "rolled-back"
+    return None
+
+
+def _first_line(path: Path) -> str:
+    try:
+        lines = [line.strip() for line in path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return ""
+    return next((line for line in lines if line), "")[:200]

@@ -1,0 +1,163 @@
+"""A fleet rollout: which devices may stage the newest commit now.
+
+The rollout travels in the signed statement beside the index (updates/REF/timestamp.json,
+builder/updater/freshness.py), so a device believes it exactly as far as it believes the
+index, and a replayed statement that showed a wave open (or the rollout not halted) is
+refused as any replayed statement is:
+
+    "rollout": {"id": "...", "commit": "<the head it rolls out>", "state": "active",
+                "reason": "", "waves": [{"name": "lab", "labels": {"site": "lab"},
+                "percent": null, "soak_seconds": 3600, "success_threshold": 95,
+                "halt_threshold": 20, "opened": 1767225600}, ...]}
+
+A wave selects devices by labels (every label of the wave matches the device's `labels:`
+in /etc/microshift/update.yaml) or by a cumulative share of the fleet: a device's place is
+sha256(rollout id, machine id) read as a number in [0, 100), and it belongs to the first
+wave whose share exceeds its place, as flightctl's batch sequence counts its percentages
+(a wave of 30% holds every device of the waves before it that fell under 30%). The last
+wave is always everyone (`percent: 100`), so each device has exactly one wave. The same
+rollout id gives each device the same place for every release: an admin who keeps the id
+keeps the same canaries.
+
+Device side: Python 3.9, standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from builder.updater.index import CHECKSUM, UpdateRefused
+
+STATES = ("active", "halted", "complete")
+ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+PLACE_SCALE = 2 ** 64
+
+
+@dataclass(frozen=True)
+class Wave:
+    name: str
+    percent: float | None          # a cumulative share of the fleet, or None
+    labels: tuple[tuple[str, str], ...] = ()   # or a label selector
+    soak_seconds: int = 0
+    success_threshold: float = 100.0  # % of the wave's reporting devices green to advance
+    halt_threshold: float = 0.0       # % of the wave's devices that tried and rolled back
+    opened: int | None = None      # when the wave opened (seconds), None: not yet
+
+    def selector(self) -> str:
+        if self.labels:
+            return ",".join(f"{k}={v}" for k, v in self.labels)
+        return f"{self.percent:g}%"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "percent": self.percent,
+                "labels": dict(self.labels), "soak_seconds": self.soak_seconds,
+                "success_threshold": self.success_threshold,
+                "halt_threshold": self.halt_threshold, "opened": self.opened}
+
+
+@dataclass(frozen=True)
+class Rollout:
+    id: str
+    commit: str
+    state: str = "active"
+    reason: str = ""
+    waves: tuple[Wave, ...] = field(default_factory=tuple)
+
+    @property
+    def open_count(self) -> int:
+        return sum(1 for wave in self.waves if wave.opened is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "commit": self.commit, "state": self.state,
+                "reason": self.reason, "waves": [w.to_dict() for w in self.waves]}
+
+
+def place(rollout_id: str, machine_id: str) -> float:
+    """The device's place in [0, 100) for this rollout id: uniform, and the same for every
+    release rolled out under the same id."""
+    digest = hashlib.sha256(f"{rollout_id}\0{machine_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") * 100.0 / PLACE_SCALE
+
+
+def wave_of(rollout: Rollout, machine_id: str, labels: dict[str, str]) -> int:
+    """The index of the device's wave: the first that selects it."""
+    where = place(rollout.id, machine_id)
+    for number, wave in enumerate(rollout.waves):
+        if wave.labels:
+            if all(labels.get(key) == value for key, value in wave.labels):
+                return number
+        elif wave.percent is not None and where < wave.percent:
+            return number
+    return len(rollout.waves) - 1  # the last wave is 100%: not reached but for rounding
+
+
+def hold_reason(rollout: Rollout, wave: int) -> str | None:
+    """Why a device of wave `wave` must not stage the rollout's commit now, or None."""
+    what = f"rollout {rollout.id} of {rollout.commit[:12]}"
+    if rollout.state == "halted":
+        return (f"{what} is halted ({rollout.reason or 'by the admin'}): staying on the "
+                "booted commit")
+    if rollout.state == "complete" or rollout.waves[wave].opened is not None:
+        return None
+    chosen = rollout.waves[wave]
+    return (f"{what}: this device is in wave {wave + 1} ({chosen.name}: "
+            f"{chosen.selector()}), not open yet ({rollout.open_count} of "
+            f"{len(rollout.waves)} open)")
+
+
+def parse_rollout(data: Any, what: str) -> Rollout:
+    """The `rollout` of a statement, checked field by field; UpdateRefused naming the field."""
+    if not isinstance(data, dict):
+        raise UpdateRefused(f"{what}: rollout is not an object")
+    rollout_id, commit = data.get("id"), data.get("commit")
+    state, reason, waves = data.get("state"), data.get("reason", ""), data.get("waves")
+    if not isinstance(rollout_id, str) or not ID_RE.match(rollout_id):
+        raise UpdateRefused(f"{what}: rollout.id is not a rollout id (letters, digits, '.', "
+                            "'_', '-', at most 64)")
+    if not isinstance(commit, str) or not CHECKSUM.match(commit):
+        raise UpdateRefused(f"{what}: rollout.commit is not a commit checksum")
+    if state not in STATES or not isinstance(reason, str):
+        raise UpdateRefused(f"{what}: rollout.state is not one of {', '.join(STATES)}")
+    if not isinstance(waves, list) or not waves:
+        raise UpdateRefused(f"{what}: rollout.waves is not a non-empty list")
+    parsed = tuple(parse_wave(wave, f"{what}: rollout.waves[{n}]")
+                   for n, wave in enumerate(waves))
+    if parsed[-1].percent != 100 or parsed[-1].labels:
+        raise UpdateRefused(f"{what}: the last rollout wave is not 100%")
+    return Rollout(rollout_id, commit, state, reason, parsed)
+
+
+def parse_wave(data: Any, what: str) -> Wave:
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        raise UpdateRefused(f"{what}: not a wave with a name")
+    percent, labels = data.get("percent"), data.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and LABEL_RE.match(k) and LABEL_RE.match(v)
+            for k, v in labels.items()):
+        raise UpdateRefused(f"{what}: labels is not a map of label names to values")
+    if (percent is None) == (not labels):
+        raise UpdateRefused(f"{what}: needs either percent or labels")
+    if percent is not None and (not _number(percent) or not 0 < percent <= 100):
+        raise UpdateRefused(f"{what}: percent is not a number in (0, 100]")
+    soak, opened = data.get("soak_seconds", 0), data.get("opened")
+    success, halt = data.get("success_threshold", 100), data.get("halt_threshold", 0)
+    if not _seconds(soak) or (opened is not None and not _seconds(opened)):
+        raise UpdateRefused(f"{what}: soak_seconds and opened are whole seconds")
+    if not _number(success) or not _number(halt) or not 0 <= success <= 100 \
+            or not 0 <= halt <= 100:
+        raise UpdateRefused(f"{what}: success_threshold and halt_threshold are percentages")
+    return Wave(data["name"], None if percent is None else float(percent),
+                tuple(sorted(labels.items())), soak, float(success), float(halt), opened)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and value == value  # not NaN
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 40
