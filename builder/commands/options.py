@@ -11,6 +11,7 @@ from builder.core.errors import InputError
 
 if TYPE_CHECKING:  # stage modules are imported when a command runs, keeping --help fast
     from builder.core.signing import SigningKey
+    from builder.publish.rollout import RolloutPlan
 
 
 def per_arch(ctx: Context) -> list[Context]:
@@ -67,3 +68,35 @@ def signing_key(ctx: Context, args: argparse.Namespace) -> SigningKey | None:
     return release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
                                sample_home=ctx.path("gpg") if sample else None,
                                epoch=ctx.release.source_date_epoch)
+
+
+def add_rollout_options(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """The waves of a rollout (builder/publish/rollout.py), as `publish` and `rollout start`
+    take them."""
+    parser.add_argument("--rollout-waves", metavar="LIST", required=required,
+                        help="roll the new head out in waves, e.g. 'site=lab,10%%,50%%': a "
+                             "label selector (NAME=VALUE, several joined by '+') or a "
+                             "cumulative share of the fleet; a last wave of 100%% is added")
+    parser.add_argument("--rollout-soak", default="0", metavar="DURATION",
+                        help="how long each wave runs before `rollout advance` may open the "
+                             "next (seconds, or 30m, 6h, 2d; default 0)")
+    parser.add_argument("--rollout-success", type=float, default=95.0, metavar="PERCENT",
+                        help="share of a wave's reporting devices that must be green before "
+                             "the next wave opens (default 95)")
+    parser.add_argument("--rollout-halt", type=float, default=20.0, metavar="PERCENT",
+                        help="the collector halts the rollout when more than this share of a "
+                             "wave's devices that staged it rolled back (default 20)")
+    parser.add_argument("--rollout-id", default="", metavar="ID",
+                        help="the rollout's id, which places each device (default: REF-COMMIT, "
+                             "a new draw for every head; keep one id to keep the same "
+                             "devices first)")
+
+
+def rollout_plan(args: argparse.Namespace) -> RolloutPlan | None:
+    from builder.publish.rollout import RolloutPlan, check_id, parse_waves
+
+    if not args.rollout_waves:
+        return None
+    waves = parse_waves(args.rollout_waves, soak=args.rollout_soak,
+                        success=args.rollout_success, halt=args.rollout_halt)
+    return RolloutPlan(waves, check_id(args.rollout_id))

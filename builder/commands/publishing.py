@@ -12,10 +12,12 @@ from typing import Any
 
 from builder.commands.options import (
     add_build_dir,
+    add_rollout_options,
     add_signing_options,
     add_validity_option,
     per_arch,
     ref_for_arch,
+    rollout_plan,
     signing_key,
     validity,
 )
@@ -89,6 +91,11 @@ def register(sub: Any) -> None:
     publish.add_argument("--merge", type=Path, action="append", default=[], metavar="DIR",
                          help="another build directory whose refs to publish too (one per "
                               "image and architecture of a CI matrix); repeatable")
+    add_rollout_options(publish)
+    publish.add_argument("--rollouts-from", type=Path, metavar="DIR",
+                         help="the local copy of the published site that the `rollout` "
+                              "commands work on (default: --to, when it is a directory): "
+                              "its running rollouts go on in the statements published")
     add_signing_options(publish)
     publish.set_defaults(func=cmd_publish)
 
@@ -132,6 +139,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     # A release key signs the merged summary; without one the SAMPLE key of this build dir
     # does, when there is one (publish never makes a new key: devices would not know it).
     seconds = validity(args)
+    plan = rollout_plan(args)
     sample_home = ctx.path("gpg")
     key = release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
                               sample_home=sample_home if sample_home.is_dir() else None,
@@ -139,8 +147,13 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     for build in args.merge:
         if not build.is_dir():
             raise InputError("command line", "--merge", f"{build} is not a directory")
+    if plan is not None and key is None:
+        raise InputError("command line", "--rollout-waves", "a rollout is carried by the "
+                         "signed statement: publish with --gpg-key (or a build directory with "
+                         "its SAMPLE key)")
     result = publish(ctx, PublishOptions(target=args.to, merge=tuple(args.merge), key=key,
-                                             validity=seconds))
+                                         validity=seconds, rollout=plan,
+                                         rollouts_from=args.rollouts_from))
     ctx.progress.info(f"published {len(result.refs)} refs, {result.sboms} SBOMs and "
                       f"{result.reports} update reports to {result.target}")
     return 0

@@ -9,6 +9,7 @@ default). A site that publishes once and forgets would strand its devices after 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from builder.core.errors import BuildError
@@ -22,35 +23,32 @@ from builder.updater.freshness import (
     parse_timestamp,
     timestamp_for,
 )
+from builder.updater.rollout import Rollout
 from builder.updater.index import INDEX
 
 DAY = 24 * 3600
 
 
 def sign_timestamp(runner: Runner, key: SigningKey, ref_dir: Path, ref: str,
-                   validity: int) -> Timestamp:
-    """REF_DIR/timestamp.json{,.sig} for REF_DIR/index.json, issued now. Written under new
-    names and renamed: a hard-linked copy of a build's file is never changed in place; the
-    old signature goes first, so a failure leaves no statement that verifies."""
-    stamp = timestamp_for(ref, (ref_dir / INDEX).read_bytes(), validity)
+                   validity: int, rollout: Rollout | None = None, after: int = 0) -> Timestamp:
+    """REF_DIR/timestamp.json{,.sig} for REF_DIR/index.json, issued now (and after `after`:
+    a statement that changes a rollout must be newer, to the second, than the one devices
+    hold, or they could not tell the two apart). Written under new names and renamed: a
+    hard-linked copy of a build's file is never changed in place; the old signature goes
+    first, so a failure leaves no statement that verifies."""
+    now = max(int(time.time()), after + 1) if after else None
+    stamp = timestamp_for(ref, (ref_dir / INDEX).read_bytes(), validity, now, rollout)
     (ref_dir / TIMESTAMP_SIGNATURE).unlink(missing_ok=True)
     write_atomic(ref_dir / TIMESTAMP, stamp.to_json())
     sign_detached(runner, key, ref_dir / TIMESTAMP)
     return stamp
 
 
-def sign_staged(runner: Runner, key: SigningKey, updates: Path,
-                validity: int) -> list[Timestamp]:
-    """A fresh statement for every index staged for upload under UPDATES/REF/."""
-    return [sign_timestamp(runner, key, ref_dir, ref, validity)
-            for ref, ref_dir in _staged(updates)]
-
-
 def stale_statements(updates: Path, now: float, margin: int = DAY) -> list[str]:
     """The staged refs whose statement is missing or ends within `margin` seconds: what
     devices will refuse soon after a publish without --gpg-key."""
     stale = []
-    for ref, ref_dir in _staged(updates):
+    for ref, ref_dir in staged_refs(updates):
         try:
             stamp = parse_timestamp((ref_dir / TIMESTAMP).read_bytes(), ref)
         except (OSError, BuildError):
@@ -61,7 +59,7 @@ def stale_statements(updates: Path, now: float, margin: int = DAY) -> list[str]:
     return stale
 
 
-def _staged(updates: Path) -> list[tuple[str, Path]]:
+def staged_refs(updates: Path) -> list[tuple[str, Path]]:
     """(ref, UPDATES/REF) for every index staged under UPDATES."""
     return [(index.parent.relative_to(updates).as_posix(), index.parent)
             for index in sorted(updates.rglob(INDEX))]

@@ -34,6 +34,7 @@ copied, and the summary regenerated (and signed) over all refs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -46,8 +47,16 @@ from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
-from builder.publish.freshness import sign_staged, stale_statements
+from builder.publish.freshness import stale_statements, staged_refs
 from builder.publish.offline import INDEX, SUFFIX
+from builder.publish.rollout import (
+    RolloutPlan,
+    index_head,
+    local_site,
+    read_statement,
+    resign,
+    statements_lock,
+)
 from builder.publish.sbom import described_commit
 from builder.updater.freshness import (
     DEFAULT_VALIDITY_SECONDS,
@@ -55,6 +64,7 @@ from builder.updater.freshness import (
     TIMESTAMP_SIGNATURE,
     date_text,
 )
+from builder.updater.rollout import Rollout
 
 PHASES = ("objects", "metadata", "refs")
 UPDATE_INDEX = (INDEX, INDEX + ".sig", TIMESTAMP, TIMESTAMP_SIGNATURE)
@@ -74,6 +84,9 @@ class PublishOptions:
                                           # and the indexes' statements (freshness)
     validity: int = DEFAULT_VALIDITY_SECONDS
     checkpoint: Callable[[str], None] = field(default=no_checkpoint)
+    rollout: RolloutPlan | None = None    # starts a rollout of each ref's new head
+    rollouts_from: Path | None = None     # where the rollout commands keep the statements
+                                          # (default: the target, when it is a directory)
 
 
 @dataclass(frozen=True)
@@ -101,11 +114,15 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
             extras = Path(scratch) / "extras"
             sboms = stage_sboms(sources, extras / "sbom", refs)
             reports = stage_reports(sources, extras / "updates")
-            _refresh_statements(ctx, extras / "updates", options)
             if not options.target.startswith("s3://"):  # S3 dates each upload itself
                 stamp_summary(ctx, repo.path, options.target, Path(scratch) / "published")
+            site = options.rollouts_from or local_site(options.target)
             for phase, commands in plan(options.target, repo.path, extras):
-                with ctx.progress.step(f"upload {phase}"):
+                with ctx.progress.step(f"upload {phase}"), _lock(site, phase == "refs"):
+                    if phase == "refs":
+                        # Signed just before they go up, under the lock the rollout commands
+                        # hold: a halt that lands meanwhile is carried, never overwritten.
+                        _refresh_statements(ctx, extras / "updates", options, site)
                     for argv in commands:
                         ctx.runner.run(argv)
                 options.checkpoint(phase)
@@ -114,23 +131,56 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
     return PublishResult(options.target, refs, sboms, reports)
 
 
-def _refresh_statements(ctx: Context, updates: Path, options: PublishOptions) -> None:
+def _lock(site: Path | None, wanted: bool) -> contextlib.AbstractContextManager[None]:
+    return statements_lock(site) if site is not None and wanted else contextlib.nullcontext()
+
+
+def _refresh_statements(ctx: Context, updates: Path, options: PublishOptions,
+                        site: Path | None) -> None:
     """Every published index gets a statement signed now (builder/updater/freshness.py):
     devices refuse an index whose statement expired, so a replayed old one cannot freeze
-    them."""
+    them. A rollout of the same head that runs at the site goes on in it; a new head starts
+    the rollout of `options.rollout` in the very statement that first names it."""
+    try:
+        for ref, ref_dir in staged_refs(updates):
+            published = read_statement(site / "updates" / ref) if site else None
+            running = published.rollout if published else None
+            head = index_head(ref_dir)
+            if running is not None and running.commit != head:
+                running = None   # the rollout of an older head: done with
+            rollout = running or (options.rollout.start(ref, head, int(time.time()))
+                                  if options.rollout else None)
+            if options.key is None:
+                if running is not None and site is not None:
+                    # The build's statement predates the rollout: keep the site's.
+                    _keep_published(site / "updates" / ref, ref_dir)
+                continue
+            stamp = resign(ctx.runner, options.key, ref_dir, ref, options.validity, rollout)
+            ctx.progress.info(f"updates/{stamp.ref}: index current until "
+                              f"{date_text(stamp.expires)}" + _rollout_text(rollout, running))
+    finally:
+        if options.key is not None:
+            stop_agent(ctx.runner, options.key.homedir)
     if options.key is None:
         for ref in stale_statements(updates, time.time()):
             ctx.progress.warn(f"updates/{ref}: the index's signed statement is missing or "
                               "ends within a day, and devices refuse it after that: publish "
                               "with --gpg-key to sign a fresh one")
-        return
-    try:
-        stamps = sign_staged(ctx.runner, options.key, updates, options.validity)
-    finally:
-        stop_agent(ctx.runner, options.key.homedir)
-    for stamp in stamps:
-        ctx.progress.info(f"updates/{stamp.ref}: index current until "
-                          f"{date_text(stamp.expires)}")
+
+
+def _rollout_text(rollout: Rollout | None, running: Rollout | None) -> str:
+    if rollout is None:
+        return ""
+    return (f"; rollout {rollout.id} {rollout.state}, {rollout.open_count} of "
+            f"{len(rollout.waves)} waves open"
+            + (" (goes on)" if running is not None else " (started)"))
+
+
+def _keep_published(published: Path, ref_dir: Path) -> None:
+    for name in (TIMESTAMP, TIMESTAMP_SIGNATURE):
+        (ref_dir / name).unlink(missing_ok=True)
+        if (published / name).is_file():
+            shutil.copy2(published / name, ref_dir / name)
 
 
 def stamp_summary(ctx: Context, repo: Path, target: str, scratch: Path) -> None:
