@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "builder.commands.device",
     "builder.commands.components",
     "builder.commands.publishing",
+    "builder.commands.rollout",
     "builder.commands.ci",
     "builder.commands.schemas",
 )

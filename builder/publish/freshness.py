@@ -23,14 +23,15 @@ from builder.updater.freshness import (
     parse_timestamp,
     timestamp_for,
 )
-from builder.updater.rollout import Rollout
 from builder.updater.index import INDEX
+from builder.updater.rollout import Rollout
 
 DAY = 24 * 3600
 
 
 def sign_timestamp(runner: Runner, key: SigningKey, ref_dir: Path, ref: str,
-                   validity: int, rollout: Rollout | None = None, after: int = 0) -> Timestamp:
+                   validity: int, *, rollout: Rollout | None = None,
+                   after: int = 0) -> Timestamp:
     """REF_DIR/timestamp.json{,.sig} for REF_DIR/index.json, issued now (and after `after`:
     a statement that changes a rollout must be newer, to the second, than the one devices
     hold, or they could not tell the two apart). Written under new names and renamed: a

@@ -62,24 +62,24 @@ def parse_waves(text: str, *, soak: str = "0", success: float = 100.0, halt: flo
     last = 0.0
     for number, item in enumerate(part.strip() for part in text.split(",")):
         share = PERCENT.match(item)
-        common = {"soak_seconds": soak_seconds, "success_threshold": success,
-                  "halt_threshold": halt}
         if share:
             percent = float(share.group(1))
             if not last < percent <= 100:
                 raise InputError("command line", option, f"{item!r}: shares grow wave by wave "
                                  "(cumulative) and end at 100%")
             last = percent
-            waves.append(Wave(f"wave{number + 1}-{percent:g}%", percent, **common))
+            waves.append(Wave(f"wave{number + 1}-{percent:g}%", percent, (), soak_seconds,
+                              success, halt))
             continue
         labels = [pair.partition("=") for pair in item.split("+")]
         if not item or not all(sep and LABEL_RE.match(k) and LABEL_RE.match(v)
                                for k, sep, v in labels):
             raise InputError("command line", option, f"{item!r} is neither a share (30%) "
                              "nor a label selector (site=lab, several joined by '+')")
-        waves.append(Wave(item, None, tuple(sorted((k, v) for k, _, v in labels)), **common))
+        waves.append(Wave(item, None, tuple(sorted((k, v) for k, _, v in labels)),
+                          soak_seconds, success, halt))
     if not waves or waves[-1].percent != 100:
-        waves.append(Wave("everyone-100%", 100.0, **common))
+        waves.append(Wave("everyone-100%", 100.0, (), soak_seconds, success, halt))
     return tuple(waves)
 
 
@@ -135,12 +135,12 @@ def index_head(ref_dir: Path) -> str:
     return head
 
 
-def resign(runner: Runner, key: SigningKey, ref_dir: Path, ref: str, validity: int,
+def resign(runner: Runner, key: SigningKey, ref_dir: Path, ref: str, *, validity: int,
            rollout: Rollout | None) -> Timestamp:
     """Sign REF_DIR's statement again with `rollout` (the caller holds the lock), issued
     after the one it replaces."""
     previous = read_statement(ref_dir)
-    return sign_timestamp(runner, key, ref_dir, ref, validity, rollout,
+    return sign_timestamp(runner, key, ref_dir, ref, validity, rollout=rollout,
                           after=previous.issued if previous else 0)
 
 

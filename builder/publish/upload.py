@@ -47,7 +47,7 @@ from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
-from builder.publish.freshness import stale_statements, staged_refs
+from builder.publish.freshness import staged_refs, stale_statements
 from builder.publish.offline import INDEX, SUFFIX
 from builder.publish.rollout import (
     RolloutPlan,
@@ -155,7 +155,8 @@ def _refresh_statements(ctx: Context, updates: Path, options: PublishOptions,
                     # The build's statement predates the rollout: keep the site's.
                     _keep_published(site / "updates" / ref, ref_dir)
                 continue
-            stamp = resign(ctx.runner, options.key, ref_dir, ref, options.validity, rollout)
+            stamp = resign(ctx.runner, options.key, ref_dir, ref, validity=options.validity,
+                           rollout=rollout)
             ctx.progress.info(f"updates/{stamp.ref}: index current until "
                               f"{date_text(stamp.expires)}" + _rollout_text(rollout, running))
     finally:

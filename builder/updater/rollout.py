@@ -25,6 +25,7 @@ Device side: Python 3.9, standard library only.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,7 +157,7 @@ def parse_wave(data: Any, what: str) -> Wave:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and value == value  # not NaN
+        and not math.isnan(value)
 
 
 def _seconds(value: Any) -> bool:

@@ -16,7 +16,8 @@
 `microshift-update status` prints the state (idle, held by a rollout, downloading N of M
 bytes, staged, failed: reason). In a fleet rollout (builder/updater/fleet.py) the run stages
 only when the device's wave is open, and reports signed verdicts; `microshift-update note
-green|red` is greenboot's hook that notes each boot of the staged release. Runs on the device's Python 3.9 with the standard library and PyYAML.
+green|red` is greenboot's hook that notes each boot of the staged release. Runs on the
+device's Python 3.9 with the standard library and PyYAML.
 """
 
 from __future__ import annotations

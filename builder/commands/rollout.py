@@ -1,0 +1,213 @@
+"""`rollout`: a release reaching the fleet in waves (builder/rollout/, README "Fleet
+rollouts"): start, status, advance, halt, resume; serve (the collector devices report to),
+collect (verdict files from sites with no link) and enroll (pin a device's key ahead)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from builder.commands.options import add_rollout_options, add_signing_options, rollout_plan
+from builder.context import Context
+from builder.core.errors import InputError
+
+if TYPE_CHECKING:
+    from builder.rollout.admin import Signer, Site
+    from builder.rollout.store import Store
+
+
+def register(sub: Any) -> None:
+    rollout = sub.add_parser("rollout", help="fleet rollouts in waves: start, status, "
+                                             "advance, halt, resume, serve the collector")
+    actions = rollout.add_subparsers(dest="rollout_action", required=True, metavar="ACTION")
+
+    def action(name: str, text: str, *, signs: bool = False, db: bool = True,
+               ref: bool = True) -> argparse.ArgumentParser:
+        parser = actions.add_parser(name, help=text, description=text)
+        parser.add_argument("--site", type=Path, required=True, metavar="DIR",
+                            help="the published directory (publish --to DIR, or the copy "
+                                 "given to publish --rollouts-from)")
+        if db:
+            parser.add_argument("--db", type=Path, default=Path("rollout.db"),
+                                help="the collector's SQLite database (default ./rollout.db; "
+                                     "keep it out of the published directory)")
+        if ref:
+            parser.add_argument("--ref", help="the ref (default: the only one with a rollout)")
+        if signs:
+            add_signing_options(parser)
+        made: argparse.ArgumentParser = parser
+        return made
+
+    start = action("start", "start a rollout of the published head of --ref", signs=True,
+                   db=False)
+    add_rollout_options(start, required=True)
+    start.set_defaults(func=cmd_start)
+    status = action("status", "per wave: devices offered, downloaded, staged, green, rolled "
+                              "back, silent")
+    status.add_argument("--json", action="store_true", dest="as_json",
+                        help="print the status as JSON")
+    status.set_defaults(func=cmd_status)
+    advance = action("advance", "open the next wave, when the open one met its success "
+                                "threshold and soak time", signs=True)
+    advance.add_argument("--force", action="store_true", help="open it anyway")
+    advance.set_defaults(func=cmd_advance)
+    halt = action("halt", "stop the rollout: no further device stages it", signs=True, db=False)
+    halt.add_argument("--reason", default="halted by the admin", help="shown on the devices")
+    halt.set_defaults(func=cmd_halt)
+    action("resume", "go on with a halted rollout", signs=True, db=False).set_defaults(
+        func=cmd_resume)
+    serve = action("serve", "the collector devices POST their verdicts to", signs=True,
+                   ref=False)
+    serve.add_argument("--listen", default="127.0.0.1:8480", metavar="HOST:PORT",
+                       help="where to listen (default 127.0.0.1:8480; port 0: any free one)")
+    serve.add_argument("--enrolled-only", action="store_true",
+                       help="take verdicts of enrolled devices only (`rollout enroll`)")
+    serve.set_defaults(func=cmd_serve)
+    collect = action("collect", "take verdict files (a site's outbox on a USB stick)",
+                     signs=True, ref=False)
+    collect.add_argument("paths", nargs="+", type=Path, metavar="PATH",
+                         help="verdict files, or directories of them")
+    collect.add_argument("--enrolled-only", action="store_true",
+                         help="take verdicts of enrolled devices only")
+    collect.set_defaults(func=cmd_collect)
+    enroll = action("enroll", "pin a device's public key before its first verdict", ref=False)
+    enroll.add_argument("machine_id", help="the device's /etc/machine-id")
+    enroll.add_argument("public_key", type=Path, help="its public key (PEM: `openssl pkey "
+                        "-in /var/lib/microshift-update/device-key.pem -pubout`)")
+    enroll.set_defaults(func=cmd_enroll)
+
+
+def _site(args: argparse.Namespace) -> Site:
+    from builder.rollout.admin import Site
+
+    if not (args.site / "updates").is_dir():
+        raise InputError("command line", "--site", f"{args.site} has no updates/: not a "
+                         "published directory")
+    return Site(args.site.resolve())
+
+
+def _signer(ctx: Context, args: argparse.Namespace) -> Signer:
+    signer = _maybe_signer(ctx, args)
+    if signer is None:
+        raise InputError("command line", "--gpg-homedir/--gpg-key", "the statement carrying "
+                         "the rollout is signed with the release key: give it")
+    return signer
+
+
+def _maybe_signer(ctx: Context, args: argparse.Namespace) -> Signer | None:
+    from builder.core.signing import release_signing_key
+    from builder.rollout.admin import Signer
+
+    key = release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
+                              sample_home=None, epoch=0)
+    return None if key is None else Signer(ctx.runner, key)
+
+
+def _store(args: argparse.Namespace) -> Store:
+    from builder.rollout.store import Store
+
+    return Store(args.db)
+
+
+def cmd_start(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.admin import start
+
+    if not args.ref:
+        raise InputError("command line", "--ref", "name the ref whose head to roll out")
+    plan = rollout_plan(args)
+    assert plan is not None  # --rollout-waves is required here
+    rollout = start(_site(args), _signer(ctx, args), args.ref, plan, int(time.time()))
+    ctx.progress.info(f"rollout {rollout.id} of {rollout.commit[:12]} started: wave 1 of "
+                      f"{len(rollout.waves)} ({rollout.waves[0].selector()}) open")
+    return 0
+
+
+def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.admin import status, status_text
+
+    report = status(_site(args), _store(args), args.ref, int(time.time()))
+    sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if args.as_json
+                     else status_text(report) + "\n")
+    return 0
+
+
+def cmd_advance(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.admin import advance, open_wave
+
+    rollout = advance(_site(args), _store(args), _signer(ctx, args), args.ref,
+                      int(time.time()), force=args.force)
+    if rollout.state == "complete":
+        ctx.progress.info(f"rollout {rollout.id}: complete, every wave passed")
+    else:
+        wave = open_wave(rollout)
+        ctx.progress.info(f"rollout {rollout.id}: wave {wave + 1} of {len(rollout.waves)} "
+                          f"({rollout.waves[wave].selector()}) open")
+    return 0
+
+
+def cmd_halt(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.admin import halt
+
+    rollout = halt(_site(args), _signer(ctx, args), args.ref, args.reason)
+    ctx.progress.info(f"rollout {rollout.id}: halted ({rollout.reason})")
+    return 0
+
+
+def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.admin import resume
+
+    rollout = resume(_site(args), _signer(ctx, args), args.ref)
+    ctx.progress.info(f"rollout {rollout.id}: active again")
+    return 0
+
+
+def _collector(ctx: Context, args: argparse.Namespace) -> Any:
+    from builder.rollout.collector import Collector
+
+    signer = _maybe_signer(ctx, args)
+    if signer is None:
+        ctx.progress.warn("no release key (--gpg-homedir/--gpg-key): a wave over its halt "
+                          "threshold is reported, not halted")
+    return Collector(_site(args), _store(args), signer, args.enrolled_only, ctx.progress.info)
+
+
+def cmd_serve(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.collector import serve
+
+    host, sep, port = args.listen.rpartition(":")
+    if not sep or not port.isdigit() or not host or int(port) > 65535:
+        raise InputError("command line", "--listen", f"{args.listen!r} is not HOST:PORT")
+    collector = _collector(ctx, args)
+    serve(collector, host, int(port),
+          lambda url: ctx.progress.info(f"collector listening on {url}", url=url))
+    return 0
+
+
+def cmd_collect(ctx: Context, args: argparse.Namespace) -> int:
+    tally = _collector(ctx, args).collect(args.paths)
+    ctx.progress.info("verdict files: " + (", ".join(f"{k} {v}" for k, v in
+                                                     sorted(tally.items())) or "none"),
+                      **tally)
+    return 0
+
+
+def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.verify import Refused, public_key_of
+
+    try:
+        pem = args.public_key.read_text()
+        public_key_of(pem)
+    except (OSError, UnicodeError) as exc:
+        raise InputError(str(args.public_key), "", f"cannot be read ({exc})") from None
+    except Refused as exc:
+        raise InputError(str(args.public_key), "", exc.detail) from None
+    if not args.machine_id.isalnum() or len(args.machine_id) > 64:
+        raise InputError("command line", "machine_id", f"{args.machine_id!r} is not a "
+                         "machine id")
+    _store(args).enroll(args.machine_id, pem)
+    ctx.progress.info(f"enrolled {args.machine_id}: its verdicts must carry this key")
+    return 0

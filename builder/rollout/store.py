@@ -1,0 +1,159 @@
+"""The collector's state: devices, their verdicts and what was refused, in SQLite.
+
+WAL mode with synchronous=FULL: a verdict is recorded in one transaction that is on disk
+before the device is answered, so a collector killed with SIGKILL (or a machine losing
+power) keeps every verdict it answered 201; one it had not answered, the device still has
+in its outbox and sends again.
+
+Trust: a device's public key is pinned to its machine id the first time a verdict of it
+arrives (trust on first use), or ahead of that by `rollout enroll`; with `enrolled_only`
+the collector takes verdicts of enrolled devices only.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builder.core.errors import BuildError
+from builder.rollout.verify import Refused, Verdict
+from builder.updater.rollout import Rollout
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS devices (
+    machine_id TEXT PRIMARY KEY, public_key TEXT NOT NULL, enrolled INTEGER NOT NULL,
+    first_seen INTEGER NOT NULL, last_seq INTEGER NOT NULL DEFAULT -1);
+CREATE TABLE IF NOT EXISTS verdicts (
+    digest TEXT PRIMARY KEY, machine_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    time INTEGER NOT NULL, received INTEGER NOT NULL, ref TEXT NOT NULL,
+    rollout TEXT NOT NULL, commit_id TEXT NOT NULL, wave INTEGER NOT NULL,
+    event TEXT NOT NULL, from_commit TEXT NOT NULL, from_version TEXT NOT NULL,
+    version TEXT NOT NULL, boots INTEGER NOT NULL, failed_check TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS verdicts_rollout ON verdicts (rollout, commit_id);
+CREATE TABLE IF NOT EXISTS refusals (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
+"""
+REACHED = {  # a device's furthest event -> the columns of `rollout status` it counts in
+    "offered": ("offered",), "downloaded": ("offered", "downloaded"),
+    "staged": ("offered", "downloaded", "staged"),
+    "green": ("offered", "downloaded", "staged", "green"),
+    "rolled-back": ("offered", "downloaded", "staged", "rolled_back"),
+}
+ORDER = ("offered", "downloaded", "staged", "green", "rolled-back")
+
+
+@dataclass
+class WaveCounts:
+    offered: int = 0
+    downloaded: int = 0
+    staged: int = 0
+    green: int = 0
+    rolled_back: int = 0
+    failed_checks: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def silent(self) -> int:
+        """Offered, and no verdict on the new release yet."""
+        return self.offered - self.green - self.rolled_back
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA busy_timeout=10000")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise BuildError(f"{path}: not a rollout database ({exc})") from exc
+        self.path = path
+
+    def close(self) -> None:
+        self.db.close()
+
+    def refuse(self, reason: str) -> None:
+        self.db.execute("INSERT INTO refusals VALUES (?, 1) ON CONFLICT(reason) DO UPDATE "
+                        "SET count = count + 1", (reason,))
+
+    def refusals(self) -> dict[str, int]:
+        return dict(self.db.execute("SELECT reason, count FROM refusals ORDER BY reason"))
+
+    def enroll(self, machine_id: str, public_key: str) -> None:
+        self.db.execute("INSERT INTO devices (machine_id, public_key, enrolled, first_seen) "
+                        "VALUES (?, ?, 1, ?) ON CONFLICT(machine_id) DO UPDATE SET "
+                        "public_key = excluded.public_key, enrolled = 1",
+                        (machine_id, public_key, int(time.time())))
+
+    def record(self, verdict: Verdict, *, enrolled_only: bool,
+               known: bool) -> bool:
+        """Record a checked verdict in one transaction; False for an identical resend.
+        Raises Refused (and counts it) for a device or sequence the store refuses."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+            new = self._record(verdict, enrolled_only=enrolled_only, known=known)
+            self.db.execute("COMMIT")
+            return new
+        except Refused as refused:
+            self.db.execute("ROLLBACK")
+            self.refuse(refused.reason)
+            raise
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+
+    def _record(self, verdict: Verdict, *, enrolled_only: bool, known: bool) -> bool:
+        row = self.db.execute("SELECT public_key, last_seq FROM devices WHERE machine_id = ?",
+                              (verdict.machine_id,)).fetchone()
+        if row is None and enrolled_only:
+            raise Refused("unknown-device", f"{verdict.machine_id} is not enrolled")
+        if row is not None and row[0] != verdict.public_key:
+            raise Refused("foreign-device", f"{verdict.machine_id} has another key pinned")
+        if self.db.execute("SELECT 1 FROM verdicts WHERE digest = ?",
+                           (verdict.digest,)).fetchone():
+            return False
+        if row is not None and verdict.seq <= row[1]:
+            raise Refused("replayed", f"seq {verdict.seq} is not above {row[1]}")
+        if not known:
+            raise Refused("unknown-rollout", f"no published rollout {verdict.rollout} of "
+                                             f"{verdict.commit[:12]}")
+        if row is None:
+            self.db.execute("INSERT INTO devices VALUES (?, ?, 0, ?, ?)",
+                            (verdict.machine_id, verdict.public_key, int(time.time()),
+                             verdict.seq))
+        else:
+            self.db.execute("UPDATE devices SET last_seq = ? WHERE machine_id = ?",
+                            (verdict.seq, verdict.machine_id))
+        self.db.execute(
+            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (verdict.digest, verdict.machine_id, verdict.seq, verdict.time, int(time.time()),
+             verdict.ref, verdict.rollout, verdict.commit, verdict.wave, verdict.event,
+             verdict.from_commit, verdict.from_version, verdict.version, verdict.boots,
+             verdict.failed_check))
+        return True
+
+    def counts(self, rollout: Rollout) -> list[WaveCounts]:
+        """Per wave, the devices by the furthest event each reported."""
+        waves = [WaveCounts() for _ in rollout.waves]
+        furthest: dict[str, tuple[int, int, str]] = {}
+        for machine, wave, event, failed in self.db.execute(
+                "SELECT machine_id, wave, event, failed_check FROM verdicts WHERE rollout = ? "
+                "AND commit_id = ? ORDER BY seq", (rollout.id, rollout.commit)):
+            rank = ORDER.index(event)
+            if machine not in furthest or rank >= furthest[machine][0]:
+                furthest[machine] = (rank, wave, failed)
+        for rank, wave, failed in furthest.values():
+            if not 0 <= wave < len(waves):
+                continue
+            counts = waves[wave]
+            for column in REACHED[ORDER[rank]]:
+                setattr(counts, column, getattr(counts, column) + 1)
+            if ORDER[rank] == "rolled-back":
+                key = failed or "unknown"
+                counts.failed_checks[key] = counts.failed_checks.get(key, 0) + 1
+        return waves
+
+    def verdict_count(self) -> int:
+        return int(self.db.execute("SELECT count(*) FROM verdicts").fetchone()[0])
