@@ -204,7 +204,7 @@ def status(site: Site, store: Store, ref: str | None, now: int) -> dict[str, Any
     return {"ref": ref, "rollout": rollout.id, "commit": rollout.commit,
             "state": rollout.state, "reason": rollout.reason, "statement_issued": stamp.issued,
             "statement_expires": stamp.expires, "waves": waves,
-            "refused": store.refusals()}
+            "refused": store.refusals(), "duplicates": store.duplicates()}
 
 
 def status_text(report: dict[str, Any]) -> str:
@@ -221,5 +221,6 @@ def status_text(report: dict[str, Any]) -> str:
         for check, count in sorted(wave["failed_checks"].items()):
             lines.append(f"       failed check ({count}): {check}")
     refused = ", ".join(f"{k} {v}" for k, v in report["refused"].items()) or "none"
-    lines.append(f"  refused verdicts: {refused}")
+    lines.append(f"  refused verdicts: {refused}; resent or replayed copies of recorded "
+                 f"ones: {report['duplicates']}")
     return "\n".join(lines)

@@ -40,6 +40,7 @@ REACHED = {  # a device's furthest event -> the columns of `rollout status` it c
     "green": ("offered", "downloaded", "staged", "green"),
     "rolled-back": ("offered", "downloaded", "staged", "rolled_back"),
 }
+DUPLICATE = "duplicate"
 ORDER = ("offered", "downloaded", "staged", "green", "rolled-back")
 
 
@@ -79,7 +80,13 @@ class Store:
                         "SET count = count + 1", (reason,))
 
     def refusals(self) -> dict[str, int]:
-        return dict(self.db.execute("SELECT reason, count FROM refusals ORDER BY reason"))
+        return dict(self.db.execute("SELECT reason, count FROM refusals WHERE reason != ? "
+                                    "ORDER BY reason", (DUPLICATE,)))
+
+    def duplicates(self) -> int:
+        row = self.db.execute("SELECT count FROM refusals WHERE reason = ?",
+                              (DUPLICATE,)).fetchone()
+        return int(row[0]) if row else 0
 
     def enroll(self, machine_id: str, public_key: str) -> None:
         self.db.execute("INSERT INTO devices (machine_id, public_key, enrolled, first_seen) "
@@ -113,6 +120,10 @@ class Store:
             raise Refused("foreign-device", f"{verdict.machine_id} has another key pinned")
         if self.db.execute("SELECT 1 FROM verdicts WHERE digest = ?",
                            (verdict.digest,)).fetchone():
+            # A resend (the device never got the answer) or a replay of a recorded verdict:
+            # either way nothing changes; counted apart from the refusals.
+            self.db.execute("INSERT INTO refusals VALUES (?, 1) ON CONFLICT(reason) DO "
+                            "UPDATE SET count = count + 1", (DUPLICATE,))
             return False
         if row is not None and verdict.seq <= row[1]:
             raise Refused("replayed", f"seq {verdict.seq} is not above {row[1]}")

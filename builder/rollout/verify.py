@@ -4,9 +4,11 @@ Each refusal has a reason, counted by the store, and an HTTP status for the devi
 malformed (400; 413 over the size limit), forged (the signature does not verify with the
 key it came with), foreign-device (signed by another key than the one pinned for that
 machine id), unknown-device (not enrolled, when the collector takes enrolled devices only:
-403), replayed (a sequence number not above the device's last: 409), unknown-rollout (no
-published rollout of that id and commit: 409). A verdict identical to one already recorded
-(a device resending after an answer it did not get) is taken again and changes nothing.
+403), replayed (a verdict the collector never recorded whose sequence number is not above the
+device's last: one withheld and sent later; 409), unknown-rollout (no published rollout of
+that id and commit: 409). A verdict identical to one already recorded (a device resending
+after an answer it did not get, or anyone replaying it) is answered 200, changes nothing,
+and is counted as a duplicate.
 """
 
 from __future__ import annotations
