@@ -101,8 +101,10 @@ def published_site(pair: UpdatePair, tmp_path: Path) -> Path:
     return site(pair, tmp_path)
 
 
-def update(member: FleetDevice, repo: Path, collector: str) -> UpdateReport:
-    config = {**SIM, "collector_url": collector, "labels": member.labels}
+def update(member: FleetDevice, repo: Path, collector: str,
+           extra: dict[str, object] | None = None) -> UpdateReport:
+    """One run of the device's microshift-update, as its timer starts it."""
+    config = {**SIM, "collector_url": collector, "labels": member.labels, **(extra or {})}
     report, _ = run_updater(member.device, repo, UpdateOptions(config=config))
     member.reports.append(report)
     return report
