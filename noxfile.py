@@ -1,4 +1,4 @@
-"""Sessions: build-image (the main job), tests, realscale, fuzz, lint, bench.
+"""Sessions: build-image (the main job), tests, realscale, vm, fleet, fuzz, lint, bench.
 
 Every session installs the host tools it needs through ci/install-host-tools.sh (fast when
 they are present) and the project into its own virtualenv.
@@ -80,6 +80,18 @@ def vm(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests/vm/test_vm_scenarios.py", "-q", "-rs",
                 *(["-k", selected] if selected else []),
                 env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_VM": "1"})
+
+
+@nox.session(python=PYTHON)
+def fleet(session: nox.Session) -> None:
+    """The fleet rollout tier (issue 33): a bad and a good release rolled out in waves to 20
+    simulated devices (`nox -s tests` runs the same tests with 5; `-- N` sets another size)."""
+    _host_tools(session)
+    session.install("-e", ".[test]")
+    devices = session.posargs[0] if session.posargs else "20"
+    session.run("python", "-m", "pytest", "tests/rollout/test_fleet.py", "-q", "-rs",
+                "--durations=0", env={"PYTHONDONTWRITEBYTECODE": "1",
+                                      "MSEB_FLEET_DEVICES": devices})
 
 
 @nox.session(python=PYTHON)
