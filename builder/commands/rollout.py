@@ -107,9 +107,14 @@ def _maybe_signer(ctx: Context, args: argparse.Namespace) -> Signer | None:
     return None if key is None else Signer(ctx.runner, key)
 
 
-def _store(args: argparse.Namespace) -> Store:
+def _store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """The collector's database; only the collector and `enroll` make a new one (a typo in
+    --db must not look like a rollout nobody reported on)."""
     from builder.rollout.store import Store
 
+    if not create and not args.db.is_file():
+        raise InputError("command line", "--db", f"{args.db} does not exist",
+                         hint="give the database `rollout serve --db` keeps")
     return Store(args.db)
 
 
@@ -172,7 +177,8 @@ def _collector(ctx: Context, args: argparse.Namespace) -> Any:
     if signer is None:
         ctx.progress.warn("no release key (--gpg-homedir/--gpg-key): a wave over its halt "
                           "threshold is reported, not halted")
-    return Collector(_site(args), _store(args), signer, args.enrolled_only, ctx.progress.info)
+    return Collector(_site(args), _store(args, create=True), signer, args.enrolled_only,
+                     ctx.progress.info)
 
 
 def cmd_serve(ctx: Context, args: argparse.Namespace) -> int:
@@ -208,6 +214,6 @@ def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
     if not args.machine_id.isalnum() or len(args.machine_id) > 64:
         raise InputError("command line", "machine_id", f"{args.machine_id!r} is not a "
                          "machine id")
-    _store(args).enroll(args.machine_id, pem)
+    _store(args, create=True).enroll(args.machine_id, pem)
     ctx.progress.info(f"enrolled {args.machine_id}: its verdicts must carry this key")
     return 0

@@ -8,6 +8,8 @@ Integration tier: real ostree, GPG, openssl, greenboot's scripts, the collector 
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,7 @@ def test_a_bad_release_halts_after_wave_1_and_later_waves_download_nothing(
     boots = store.db.execute("SELECT boots FROM verdicts WHERE event = 'rolled-back'")
     assert [row[0] for row in boots] == [3] * len(lab)
     store.close()
+    _record("bad-release", fleet, report)
 
 
 def test_a_good_release_goes_through_every_wave_to_the_whole_fleet(
@@ -130,6 +133,30 @@ def test_a_good_release_goes_through_every_wave_to_the_whole_fleet(
     assert [w["opened"] for w in report["waves"]] == \
         [T0 + n * SOAK for n in range(len(rollout.waves))]
     assert all(m.device.deployments()[0].checksum == pair.v2 for m in fleet)
+    _record("good-release", fleet, report)
+
+
+def _record(test: str, fleet: list[FleetDevice], report: dict[str, Any]) -> None:
+    """With MSEB_FLEET_REPORT=FILE (`nox -s fleet`), what the fleet did, for
+    docs/benchmarks.md."""
+    path = os.environ.get("MSEB_FLEET_REPORT")
+    if not path:
+        return
+    held = [m for m in fleet if m.wave > 0]
+    record = {"devices": len(fleet), "waves": [len(_wave(fleet, n)) for n in
+                                               range(len(report["waves"]))],
+              "state": report["state"], "reason": report["reason"],
+              "status": [{k: w[k] for k in ("offered", "downloaded", "staged", "green",
+                                            "rolled_back", "silent", "opened")}
+                         for w in report["waves"]],
+              "later_wave_update_bytes": sum(r.bytes_on_wire - r.metadata_bytes
+                                             for m in held for r in m.reports),
+              "later_wave_metadata_bytes": sum(r.metadata_bytes for m in held
+                                               for r in m.reports),
+              "later_wave_runs": sum(len(m.reports) for m in held)}
+    file = Path(path)
+    data = json.loads(file.read_text()) if file.is_file() else {}
+    file.write_text(json.dumps({**data, test: record}, indent=2, sort_keys=True) + "\n")
 
 
 def _status(repo: Path, db: Path) -> dict[str, Any]:
