@@ -112,6 +112,12 @@ class Fleet:
         return True
 
     def send(self) -> None:
+        try:
+            self._send()
+        except OSError as exc:   # the run's own outcome matters more than the report
+            self.log(f"verdicts not sent: {exc}")
+
+    def _send(self) -> None:
         url = self.config.collector_url
         pending = self.outbox.pending()
         if not pending:

@@ -93,6 +93,8 @@ class Run:
 
     def note(self, kind: str) -> bool:
         """greenboot's green.d or red.d hook: note this boot's result for the verdict."""
+        if self.fleet.outcomes.read() is None:
+            return False  # nothing staged for a rollout: every boot but those costs nothing
         booted = self.system.booted()
         return self.fleet.note(kind, booted.checksum, apply.pending(self.system))
 
