@@ -85,7 +85,7 @@ def vm(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def fleet(session: nox.Session) -> None:
     """The fleet rollout tier (issue 33): a bad and a good release rolled out in waves to 20
-    simulated devices (`nox -s tests` runs the same tests with 5; `-- N` sets another size).
+    simulated devices (`nox -s tests` runs the same tests with 4; `-- N` sets another size).
     What the fleet did is written to build/fleet.json (docs/benchmarks.md)."""
     _host_tools(session)
     session.install("-e", ".[test]")

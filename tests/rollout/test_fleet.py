@@ -3,7 +3,7 @@
 wave downloads a byte of it; a good release goes through every wave to 100%, each wave
 opening only after the one before soaked and was green, on a clock the test controls.
 
-`nox -s tests` runs a fleet of 5 devices; `nox -s fleet` the acceptance's 20.
+`nox -s tests` runs a fleet of 4 devices; `nox -s fleet` the acceptance's 20.
 Integration tier: real ostree, GPG, openssl, greenboot's scripts, the collector process."""
 
 from __future__ import annotations

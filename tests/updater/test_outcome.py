@@ -1,0 +1,73 @@
+"""What greenboot's hooks note of a staged rollout update, and the verdict it becomes
+(builder/updater/outcome.py): each failed boot of the new release once, with the check that
+failed; green on the new release; rolled back once another deployment boots and the new one
+is no longer staged, even when that fallback boot is unhealthy too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from builder.updater.outcome import BOOT_ID, FAILURE_LOG, Outcome, OutcomeFile, note, settled
+
+OLD, NEW = "1" * 64, "2" * 64
+
+
+def _outcome() -> Outcome:
+    return Outcome("edge", "fleet-a", 1, NEW, "2.0", OLD, "1.0")
+
+
+def _boot(root: Path, boot: str, failure: str | None = None) -> None:
+    (root / BOOT_ID).parent.mkdir(parents=True, exist_ok=True)
+    (root / BOOT_ID).write_text(boot + "\n")
+    log = root / FAILURE_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if failure is None:
+        log.unlink(missing_ok=True)
+    else:
+        log.write_text(f"\n{failure}\nmore detail\n")
+
+
+def test_three_red_boots_then_the_fallback_is_a_rollback_with_the_check(tmp_path: Path) -> None:
+    outcome = _outcome()
+    for number in (1, 2, 3):
+        _boot(tmp_path, f"boot-{number}", f"timed out after {number}s waiting for: the API")
+        assert note(outcome, "red", tmp_path, booted=NEW, pending=None)
+        assert not note(outcome, "red", tmp_path, booted=NEW, pending=None)   # same boot
+    _boot(tmp_path, "boot-4")
+    # The fallback boot of the old release is itself unhealthy: red.d still ends the story.
+    assert note(outcome, "red", tmp_path, booted=OLD, pending=None)
+    assert outcome.verdict == "rolled-back"
+    payload = outcome.payload(settled(outcome, OLD, None) or "", "m1")
+    assert (payload["event"], payload["boots"]) == ("rolled-back", 3)
+    assert payload["failed_check"] == "timed out after 3s waiting for: the API"
+    assert (payload["from_commit"], payload["version"], payload["wave"]) == (OLD, "2.0", 1)
+
+
+def test_a_green_boot_after_a_red_one_counts_both(tmp_path: Path) -> None:
+    outcome = _outcome()
+    _boot(tmp_path, "boot-1")
+    assert note(outcome, "red", tmp_path, booted=NEW, pending=None)
+    _boot(tmp_path, "boot-2")
+    assert note(outcome, "green", tmp_path, booted=NEW, pending=None)
+    payload = outcome.payload("green", "m1")
+    assert (payload["boots"], payload["failed_check"]) == (2, "unknown")
+    assert not note(outcome, "red", tmp_path, booted=NEW, pending=None)   # judged already
+
+
+def test_before_the_new_release_boots_nothing_is_decided(tmp_path: Path) -> None:
+    outcome = _outcome()
+    _boot(tmp_path, "boot-0")
+    assert not note(outcome, "green", tmp_path, booted=OLD, pending=NEW)   # staged, waiting
+    assert settled(outcome, booted=OLD, pending=NEW) is None
+    assert settled(outcome, booted=OLD, pending=None) == "rolled-back"   # no hook ran
+
+
+def test_the_outcome_file_survives_a_bad_write_as_no_outcome(tmp_path: Path) -> None:
+    file = OutcomeFile(tmp_path)
+    assert file.read() is None
+    file.write(_outcome())
+    assert file.read() == _outcome()
+    file.path.write_text("{not json")
+    assert file.read() is None
+    file.remove()
+    assert not file.path.exists()
