@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from builder.rollout.store import Store
-from tests.rollout.support import REF, devices, make_site
+from tests.rollout.support import REF, devices, make_site, rollout_of, statement_verifies
 from tests.support.cli import PROJECT_ROOT, run_cli
 from tests.support.keys import ReleaseKey
 
@@ -113,3 +113,22 @@ def test_status_and_collect_from_the_command_line(tmp_path: Path, release_key: R
     assert "1. site=lab" in text and "refused verdicts: malformed 1" in text
     assert run_cli("rollout", "status", "--site", tmp_path / "nowhere") == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_the_admin_commands_change_the_signed_statement(
+        tmp_path: Path, release_key: ReleaseKey, capsys: pytest.CaptureFixture[str]) -> None:
+    key, public = release_key
+    site = make_site(tmp_path / "site", key)
+    signing = ["--site", site.root, "--gpg-homedir", key.homedir, "--gpg-key", key.key_id]
+    assert run_cli("rollout", "halt", *signing, "--reason", "field report") == 0
+    assert rollout_of(site).state == "halted" and rollout_of(site).reason == "field report"
+    assert statement_verifies(site, public)
+    assert run_cli("rollout", "resume", *signing) == 0
+    assert rollout_of(site).state == "active"
+    # advance needs the collector's database: a wrong --db is one line, not a new database.
+    assert run_cli("rollout", "advance", *signing, "--db", tmp_path / "typo.db") == 2
+    assert not (tmp_path / "typo.db").exists()
+    assert run_cli("rollout", "halt", "--site", site.root) == 2   # no release key
+    assert run_cli("rollout", "start", *signing, "--ref", REF, "--rollout-waves", "5%") == 1
+    assert "is already active" in capsys.readouterr().err
+    assert rollout_of(site).id == "fleet-test"
