@@ -27,7 +27,7 @@ from builder.publish.rollout import (
 from builder.rollout.store import Store, WaveCounts
 from builder.rollout.verify import Verdict
 from builder.updater.freshness import Timestamp
-from builder.updater.rollout import Rollout
+from builder.updater.rollout import Rollout, Wave
 
 UPDATES = "updates"
 
@@ -124,21 +124,34 @@ def advance(site: Site, store: Store, signer: Signer, ref: str | None, now: int,
 
 
 def _check_ready(rollout: Rollout, number: int, counts: WaveCounts, now: int) -> None:
-    wave = rollout.waves[number]
-    name = f"wave {number + 1} ({wave.name})"
-    hint = "wait, or `rollout advance --force` to open it anyway"
-    opened = wave.opened or now
+    reason = not_ready(rollout.waves[number], counts, now)
+    if reason:
+        raise BuildError(f"wave {number + 1} ({rollout.waves[number].name}) {reason}",
+                         hint="wait, or `rollout advance --force` to open it anyway")
+
+
+def not_ready(wave: Wave, counts: WaveCounts, now: int) -> str | None:
+    """Why the wave may not be followed by the next one yet, or None."""
+    opened = wave.opened if wave.opened is not None else now
     if now - opened < wave.soak_seconds:
-        raise BuildError(f"{name} has soaked {now - opened}s of its {wave.soak_seconds}s",
-                         hint=hint)
+        return f"has soaked {now - opened}s of its {wave.soak_seconds}s"
     if counts.offered == 0:
-        raise BuildError(f"{name}: no device has reported (is the collector reachable, and "
-                         "is this its --db?)", hint=hint)
+        return "has no device that reported (is the collector reachable, and is this its --db?)"
     share = 100.0 * counts.green / counts.offered
     if share < wave.success_threshold:
-        raise BuildError(f"{name}: {counts.green} of {counts.offered} devices green "
-                         f"({share:.1f}%), under its success threshold "
-                         f"{wave.success_threshold:g}%", hint=hint)
+        return (f"has {counts.green} of {counts.offered} devices green ({share:.1f}%), under "
+                f"its success threshold {wave.success_threshold:g}%")
+    return None
+
+
+def over_halt_threshold(wave: Wave, counts: WaveCounts) -> str | None:
+    """Why the wave's rollbacks halt the rollout, or None: more than its halt threshold of
+    the devices that staged the release rolled back."""
+    tried = max(counts.staged, counts.rolled_back)
+    if not tried or 100.0 * counts.rolled_back / tried <= wave.halt_threshold:
+        return None
+    return (f"{counts.rolled_back} of {tried} devices that staged it rolled back, over its "
+            f"halt threshold {wave.halt_threshold:g}%")
 
 
 def halt(site: Site, signer: Signer, ref: str | None, reason: str) -> Rollout:
@@ -175,13 +188,10 @@ def halt_if_over(site: Site, store: Store, signer: Signer, verdict: Verdict) -> 
         if rollout.id != verdict.rollout or rollout.commit != verdict.commit or \
                 rollout.state != "active" or not 0 <= wave < len(rollout.waves):
             return None
-        counts = store.counts(rollout)[wave]
-        tried = max(counts.staged, counts.rolled_back)
-        limit = rollout.waves[wave].halt_threshold
-        if not tried or 100.0 * counts.rolled_back / tried <= limit:
+        over = over_halt_threshold(rollout.waves[wave], store.counts(rollout)[wave])
+        if over is None:
             return None
-        reason = (f"wave {wave + 1}: {counts.rolled_back} of {tried} devices that staged "
-                  f"it rolled back, over its halt threshold {limit:g}%")
+        reason = f"wave {wave + 1}: {over}"
         signer.sign(site, ref, stamp, replace(rollout, state="halted", reason=reason))
     return reason
 

@@ -129,7 +129,7 @@ def test_advance_waits_for_the_soak_time_and_the_success_threshold(
         tmp_path: Path, release_key: ReleaseKey) -> None:
     collector = _collector(tmp_path, release_key)
     site, store, sign = collector.site, collector.store, signer(release_key[0])
-    with pytest.raises(BuildError, match="no device has reported"):
+    with pytest.raises(BuildError, match="has no device that reported"):
         advance(site, store, sign, REF, T0 + 3600)
     lab = devices(tmp_path, 2)
     collector.take(lab[0].verdict("green"))
