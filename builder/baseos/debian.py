@@ -23,12 +23,18 @@ OVERLAY = BASEOS_DIR / "overlay"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}
-# dracut's modules for an ostree root on a plain partition: systemd in the initramfs (ostree's
-# module requires it), the root by UUID; none for storage stacks the disk does not use.
-DRACUT_ARGS = ("--reproducible", "--no-hostonly", "--no-early-microcode", "--add", "ostree",
-               "--omit", "plymouth dm lvm mdraid crypt multipath iscsi nfs network "
-               "network-legacy ifcfg btrfs resume i18n nvdimm fcoe fcoe-uefi qemu-net",
-               "--force")
+# dracut's modules for an ostree root on a plain partition, and nothing else: systemd in the
+# initramfs (ostree's module requires it) with its root= handling, udev, ostree-prepare-root,
+# e2fsck for the root, the shutdown hook that unmounts the root cleanly. Without the rest
+# (dracut's own cmdline and mount hooks, storage stacks the disk does not use) and with only
+# the drivers of the disks the image boots from, the initramfs is 12 MB instead of 20 and an
+# emulated boot reaches the real root about 9 s sooner (docs/benchmarks.md).
+DRACUT_MODULES = "systemd-initrd kernel-modules ostree base fs-lib shutdown"
+DRACUT_DRIVERS = ("virtio_blk virtio_pci virtio_scsi "          # virtual machines
+                  "ahci nvme sd_mod usb_storage uas xhci_pci ehci_pci "  # SATA, NVMe, USB
+                  "ext4")
+DRACUT_ARGS = ("--reproducible", "--no-hostonly", "--no-early-microcode",
+               "--modules", DRACUT_MODULES, "--drivers", DRACUT_DRIVERS, "--force")
 # Paths dpkg leaves out: documentation and translations are not needed to boot.
 DPKG_EXCLUDES = ("/usr/share/man/*", "/usr/share/doc/*", "/usr/share/locale/*",
                  "/usr/share/info/*", "/usr/share/lintian/*")

@@ -29,7 +29,8 @@ UNITS = Path("usr/lib/systemd/system")
 # Units enabled besides those of the overlay: DHCP on the wired network, and waiting for it
 # (network-online.target: MicroShift's components find the node IP on the default route).
 # ostree's staging path unit is enabled by Debian's postinst already.
-ENABLED = ("systemd-networkd.service", "systemd-networkd-wait-online.service")
+ENABLED = ("systemd-networkd.service", "systemd-networkd-wait-online.service",
+           "systemd-resolved.service")
 # What Debian's packages enabled that an ostree image has no use for: apt and dpkg timers
 # (the image is updated by ostree, not apt), a getty on a VGA console it does not have,
 # ext4 scrubbing of LVM snapshots it does not make. Each also costs seconds of every boot
@@ -39,7 +40,19 @@ DISABLED = ("timers.target.wants/apt-daily.timer", "timers.target.wants/apt-dail
             "multi-user.target.wants/e2scrub_reap.service", "getty.target.wants/getty@tty1.service",
             "sysinit.target.wants/systemd-pstore.service")
 GREENBOOT_DIRS = ("check/required.d", "check/wanted.d", "green.d", "red.d")
-HOSTNAME = "microshift-sample\n"
+HOSTNAME = "microshift-sample"
+# Names that must never need a DNS server: a lookup of this host's own addresses otherwise
+# goes to the network and waits out the resolver's timeouts (the SAMPLE MicroShift's API,
+# Python's http.server, looks up 127.0.0.1: 10 s of every boot on a network without DNS).
+HOSTS = f"""127.0.0.1\tlocalhost
+127.0.1.1\t{HOSTNAME}
+::1\tlocalhost ip6-localhost ip6-loopback
+ff02::1\tip6-allnodes
+ff02::2\tip6-allrouters
+"""
+# systemd-resolved's stub, which answers with the DNS servers DHCP gave (mmdebstrap leaves
+# the build machine's own resolver in the tree otherwise).
+RESOLV_CONF = "../run/systemd/resolve/stub-resolv.conf"
 
 
 def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: int,
@@ -61,7 +74,7 @@ def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: 
         (tree / "etc/systemd/system" / link).unlink(missing_ok=True)
     # greenboot calls /usr/bin/grub2-editenv, Debian names it grub-editenv.
     os.symlink("grub-editenv", tree / "usr/bin/grub2-editenv")
-    (tree / "etc/hostname").write_text(HOSTNAME)
+    name_resolution(tree)
     # Empty: systemd makes the machine's own id at first boot.
     (tree / "etc/machine-id").write_text("")
     integration_layout(tree)
@@ -69,6 +82,18 @@ def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: 
     clean_rpmdb(tree)
     etc_to_usr_etc(tree)
     return kver
+
+
+def name_resolution(tree: Path) -> None:
+    """The host's name, its own addresses without DNS, and DHCP's DNS servers through
+    systemd-resolved instead of whatever resolver the build machine had."""
+    (tree / "etc/hostname").write_text(HOSTNAME + "\n")
+    (tree / "etc/hosts").write_text(HOSTS)
+    resolv = tree / "etc/resolv.conf"
+    if resolv.is_dir() and not resolv.is_symlink():
+        shutil.rmtree(resolv)
+    resolv.unlink(missing_ok=True)
+    os.symlink(RESOLV_CONF, resolv)
 
 
 def kernel_layout(tree: Path) -> str:

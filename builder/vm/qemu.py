@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import BuildError, MissingToolError
+from builder.core.files import write_atomic
 from builder.core.runner import find_tool
 
 QEMU = "qemu-system-x86_64"
@@ -167,15 +168,30 @@ def _clean(line: str) -> str:
     return "".join(out)
 
 
-def probe_accel(disk: Path, seconds: float, wanted: str) -> tuple[str, str]:
+def probe_accel(disk: Path, seconds: float, wanted: str,
+                cache: Path | None = None) -> tuple[str, str]:
     """The accelerator to boot with and why: KVM when /dev/kvm is usable and a KVM boot
-    reaches GRUB's menu within `seconds`, else TCG (software emulation)."""
+    reaches GRUB's menu within `seconds`, else TCG (software emulation). What a probe found
+    holds until the host reboots: it is kept in `cache` with the host's boot id."""
     if wanted == "tcg":
         return "tcg", "asked for"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         if wanted == "kvm":
             raise BuildError("--accel kvm: /dev/kvm is not usable here")
         return "tcg", "no usable /dev/kvm"
+    found = _cached_probe(cache)
+    if found is None:
+        found = _probe_kvm(disk, seconds)
+        if cache is not None:
+            write_atomic(cache, json.dumps({"boot_id": _boot_id(), "accel": found[0],
+                                            "reason": found[1]}).encode())
+    accel, reason = found
+    if wanted == "kvm" and accel != "kvm":
+        raise BuildError(f"--accel kvm: {reason}")
+    return accel, reason
+
+
+def _probe_kvm(disk: Path, seconds: float) -> tuple[str, str]:
     work = disk.parent
     probe = Machine(disk, accel="kvm", snapshot=True)
     serial, qmp = work / "kvm-probe.serial", work / "kvm-probe.qmp"
@@ -188,8 +204,23 @@ def probe_accel(disk: Path, seconds: float, wanted: str) -> tuple[str, str]:
         error = "" if boot.running() else (boot.process.stderr.read().decode(errors="replace")
                                            if boot.process.stderr else "")
     serial.unlink(missing_ok=True)
-    if wanted == "kvm":
-        raise BuildError(f"--accel kvm: a KVM boot did not reach GRUB in {seconds:g}s "
-                         f"{error.strip()[:200]}")
-    return "tcg", f"KVM did not reach GRUB within {seconds:g}s"
+    detail = f": {error.strip()[:200]}" if error.strip() else ""
+    return "tcg", f"a KVM boot did not reach GRUB within {seconds:g}s{detail}"
 
+
+def _cached_probe(cache: Path | None) -> tuple[str, str] | None:
+    try:
+        found = json.loads(cache.read_text()) if cache is not None else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or found.get("boot_id") != _boot_id() or \
+            found.get("accel") not in ("kvm", "tcg"):
+        return None
+    return str(found["accel"]), f"{found.get('reason')} (probed earlier since this host's boot)"
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from builder.baseos.debian import PACKAGES, debian_source, read_packages
-from builder.baseos.tree import enable_unit, kernel_layout
+from builder.baseos.tree import enable_unit, kernel_layout, name_resolution
 from builder.core.errors import BuildError, InputError
 
 
@@ -75,3 +75,17 @@ def test_bad_inputs_name_what_is_wrong(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         read_packages(listing, "amd64")
     assert caught.value.field == "line 3"
+
+
+def test_the_hosts_own_names_need_no_dns_and_the_builders_resolver_is_not_kept(
+        tmp_path: Path) -> None:
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "resolv.conf").write_text("nameserver 10.255.255.53\n")  # the build machine's
+    name_resolution(tmp_path)
+    hosts = dict(line.split("\t", 1)[::-1] for line in (etc / "hosts").read_text().splitlines())
+    assert hosts["localhost"] == "127.0.0.1"
+    assert hosts["microshift-sample"] == "127.0.1.1"
+    assert (etc / "hostname").read_text() == "microshift-sample\n"
+    assert os.readlink(etc / "resolv.conf") == "../run/systemd/resolve/stub-resolv.conf"
+    assert "systemd-resolved" in read_packages(PACKAGES, "amd64")
