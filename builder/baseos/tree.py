@@ -29,8 +29,7 @@ UNITS = Path("usr/lib/systemd/system")
 # Units enabled besides those of the overlay: DHCP on the wired network, and waiting for it
 # (network-online.target: MicroShift's components find the node IP on the default route).
 # ostree's staging path unit is enabled by Debian's postinst already.
-ENABLED = ("systemd-networkd.service", "systemd-networkd-wait-online.service",
-           "systemd-resolved.service")
+ENABLED = ("systemd-networkd.service", "systemd-networkd-wait-online.service")
 # What Debian's packages enabled that an ostree image has no use for: apt and dpkg timers
 # (the image is updated by ostree, not apt), a getty on a VGA console it does not have,
 # ext4 scrubbing of LVM snapshots it does not make. Each also costs seconds of every boot
@@ -50,9 +49,13 @@ HOSTS = f"""127.0.0.1\tlocalhost
 ff02::1\tip6-allnodes
 ff02::2\tip6-allrouters
 """
-# systemd-resolved's stub, which answers with the DNS servers DHCP gave (mmdebstrap leaves
-# the build machine's own resolver in the tree otherwise).
-RESOLV_CONF = "../run/systemd/resolve/stub-resolv.conf"
+# mmdebstrap leaves the build machine's own resolver in the tree. The SAMPLE base names no
+# DNS server: systemd-networkd takes the network from DHCP but does not write resolv.conf
+# (systemd-resolved would, and it delays every boot by 2-3 s under emulation, before
+# sysinit.target); a site with DNS adds its servers here through the blueprint's files.
+RESOLV_CONF = """# SAMPLE base: no DNS server. This host's own names are in /etc/hosts; add
+# `nameserver ADDRESS` lines for a network that has DNS.
+"""
 
 
 def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: int,
@@ -85,15 +88,15 @@ def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: 
 
 
 def name_resolution(tree: Path) -> None:
-    """The host's name, its own addresses without DNS, and DHCP's DNS servers through
-    systemd-resolved instead of whatever resolver the build machine had."""
+    """The host's name, its own addresses without DNS, and no resolver of the build
+    machine's."""
     (tree / "etc/hostname").write_text(HOSTNAME + "\n")
     (tree / "etc/hosts").write_text(HOSTS)
     resolv = tree / "etc/resolv.conf"
     if resolv.is_dir() and not resolv.is_symlink():
         shutil.rmtree(resolv)
     resolv.unlink(missing_ok=True)
-    os.symlink(RESOLV_CONF, resolv)
+    resolv.write_text(RESOLV_CONF)
 
 
 def kernel_layout(tree: Path) -> str:

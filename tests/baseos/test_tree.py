@@ -87,5 +87,5 @@ def test_the_hosts_own_names_need_no_dns_and_the_builders_resolver_is_not_kept(
     assert hosts["localhost"] == "127.0.0.1"
     assert hosts["microshift-sample"] == "127.0.1.1"
     assert (etc / "hostname").read_text() == "microshift-sample\n"
-    assert os.readlink(etc / "resolv.conf") == "../run/systemd/resolve/stub-resolv.conf"
-    assert "systemd-resolved" in read_packages(PACKAGES, "amd64")
+    resolv = (etc / "resolv.conf").read_text()
+    assert [line for line in resolv.splitlines() if line.startswith("nameserver")] == []

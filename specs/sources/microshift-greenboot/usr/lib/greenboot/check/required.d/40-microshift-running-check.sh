@@ -58,6 +58,30 @@ function fail_if_failed() {
     fi
 }
 
+# Ask for the workloads not ready yet; print "ok" for each that has become ready.
+function workloads_pending_ready() {
+    local -a still=()
+    local line
+    mapfile -t still < <(workloads_not_ready "${PENDING[@]}")
+    for line in "${PENDING[@]}" ; do
+        if [[ ! " ${still[*]/%/|} " == *" ${line}|"* ]] ; then
+            echo "ok: $(describe_workloads "${line}")"
+        fi
+    done
+    PENDING=("${still[@]}")
+    [ "${#PENDING[@]}" -eq 0 ]
+}
+
+# "kind namespace/name is ready" for each "namespace kind name" line, joined with "; ".
+function describe_workloads() {
+    local line ns kind name text=""
+    for line in "$@" ; do
+        read -r ns kind name <<<"${line}"
+        text="${text:+${text}; }${kind} ${ns}/${name} is ready"
+    done
+    echo "${text}"
+}
+
 function microshift_service_active() {
     fail_if_failed microshift-components.service
     fail_if_failed microshift.service
@@ -86,11 +110,15 @@ echo "Waiting up to ${WAIT_TIMEOUT_SECS}s for MicroShift and ${#WORKLOAD_LINES[@
 
 require "microshift.service is active" microshift_service_active
 require "the API server is ready and live (/readyz, /livez)" api_ready
+PENDING=()
 for line in "${WORKLOAD_LINES[@]}" ; do
-    [ -n "${line}" ] || continue
-    read -r ns kind name <<<"${line}"
-    require "${kind} ${ns}/${name} is ready" workload_ready "${ns}" "${kind}" "${name}"
+    [ -n "${line}" ] && PENDING+=("${line}")
 done
+# Every workload is asked for at each poll, until all are ready or the deadline passes; the
+# failure names each one still not ready.
+if ! wait_until "${DEADLINE_MS}" workloads_pending_ready ; then
+    require "$(describe_workloads "${PENDING[@]}")" false
+fi
 
 rm -f "${FAILURE_LOG}"
 echo "FINISHED"
