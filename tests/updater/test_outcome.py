@@ -5,6 +5,7 @@ is no longer staged, even when that fallback boot is unhealthy too."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from builder.updater.outcome import BOOT_ID, FAILURE_LOG, Outcome, OutcomeFile, note, settled
@@ -71,3 +72,26 @@ def test_the_outcome_file_survives_a_bad_write_as_no_outcome(tmp_path: Path) -> 
     assert file.read() is None
     file.remove()
     assert not file.path.exists()
+
+
+HOOKS = Path(__file__).resolve().parents[2] / "specs/sources/microshift-update/usr/lib/greenboot"
+
+
+def test_greenboot_s_hooks_start_the_updater_only_for_a_staged_rollout_update(
+        tmp_path: Path) -> None:
+    updater = tmp_path / "usr/bin/microshift-update"
+    updater.parent.mkdir(parents=True)
+    calls = tmp_path / "calls"
+    updater.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    updater.chmod(0o755)
+    env = {"MICROSHIFT_ROOT": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    for kind in ("red", "green"):
+        hook = HOOKS / f"{kind}.d/50-microshift-update-note.sh"
+        assert subprocess.run(["bash", str(hook)], env=env, check=False).returncode == 0
+    assert not calls.exists()           # no outcome: no Python started on the boot's path
+    OutcomeFile(tmp_path / "var/lib/microshift-update").write(_outcome())
+    for kind in ("red", "green"):
+        hook = HOOKS / f"{kind}.d/50-microshift-update-note.sh"
+        assert subprocess.run(["bash", str(hook)], env=env, check=False).returncode == 0
+    assert calls.read_text().splitlines() == [f"--root {tmp_path} note red",
+                                              f"--root {tmp_path} note green"]
