@@ -52,6 +52,14 @@ Piece = bytes | memoryview | FileSlice
 
 
 @dataclass(frozen=True)
+class Serialized:
+    """A value of any type already in serialized form, written byte for byte (a commit
+    object inside a static delta's superblock must keep the bytes its checksum covers)."""
+
+    data: bytes | memoryview
+
+
+@dataclass(frozen=True)
 class Variant:
     """A `v` value: the child's type string and its serialized bytes (kept opaque)."""
 
@@ -259,6 +267,8 @@ def _read_slice(piece: FileSlice) -> bytes:
 
 
 def _encode(gtype: GType, value: object, order: str) -> list[Piece]:
+    if isinstance(value, Serialized):
+        return [value.data]
     code = gtype.code
     if code in NUMBERS:
         return [struct.pack(order + NUMBERS[code], value)]

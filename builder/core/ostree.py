@@ -37,6 +37,20 @@ class TreeFile:
 
 
 @dataclass(frozen=True)
+class TreeEntry:
+    """One path of a commit as `ostree ls -R -C` lists it, in tree order: kind '-' (a regular
+    file), 'l' (a symbolic link) or 'd' (a directory); checksum is the content object, for a
+    directory its dirtree object (and dirmeta its dirmeta object)."""
+
+    kind: str
+    path: str
+    checksum: str
+    size: int
+    mode: int
+    dirmeta: str | None = None
+
+
+@dataclass(frozen=True)
 class TreeObjects:
     """Every object a commit's tree references, by kind (the commit object itself excluded)."""
 
@@ -261,32 +275,31 @@ class Repo:
                 commit, str(dest)]
         self._run(*args)
 
-    def tree_objects(self, commit: str) -> TreeObjects:
-        """The dirtree, dirmeta and file objects a commit references (via `ostree ls -R -C`)."""
-        dirtrees: set[str] = set()
-        dirmetas: set[str] = set()
-        files: set[str] = set()
+    def entries(self, commit: str) -> list[TreeEntry]:
+        """Every path of the commit (`ostree ls -R -C`), in tree order."""
+        found: list[TreeEntry] = []
         for line in self._run("ls", "-R", "-C", commit).splitlines():
             match = LS_RE.match(line.strip())
             if not match:
                 continue
-            if match.group("type") == "d":
-                dirtrees.add(match.group("checksum"))
-                dirmetas.add(match.group("meta") or "")
-            else:
-                files.add(match.group("checksum"))
-        dirmetas.discard("")
-        return TreeObjects(frozenset(dirtrees), frozenset(dirmetas), frozenset(files))
+            kind, path = match.group("type"), match.group("path")
+            if kind == "l":
+                path = path.split(" -> ", 1)[0]
+            found.append(TreeEntry(kind, path, match.group("checksum"), int(match.group("size")),
+                                   int(match.group("mode"), 8), match.group("meta")))
+        return found
+
+    def tree_objects(self, commit: str) -> TreeObjects:
+        """The dirtree, dirmeta and file objects a commit references (via `ostree ls -R -C`)."""
+        entries = self.entries(commit)
+        return TreeObjects(frozenset(e.checksum for e in entries if e.kind == "d"),
+                           frozenset(e.dirmeta for e in entries if e.kind == "d" and e.dirmeta),
+                           frozenset(e.checksum for e in entries if e.kind != "d"))
 
     def files(self, commit: str) -> list[TreeFile]:
         """The commit's regular files (`ostree ls -R -C`), in tree order."""
-        found: list[TreeFile] = []
-        for line in self._run("ls", "-R", "-C", commit).splitlines():
-            match = LS_RE.match(line.strip())
-            if match and match.group("type") == "-":
-                found.append(TreeFile(match.group("path"), match.group("checksum"),
-                                      int(match.group("size")), int(match.group("mode"), 8)))
-        return found
+        return [TreeFile(e.path, e.checksum, e.size, e.mode) for e in self.entries(commit)
+                if e.kind == "-"]
 
     # --- static deltas ----------------------------------------------------------------
     def delta_generate_argv(self, to_commit: str, from_commit: str | None,

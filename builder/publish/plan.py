@@ -4,7 +4,7 @@ ostree 2022.7's delta compiler (src/libostree/ostree-repo-static-delta-compilati
 - A new file is "modified" when the from-commit has a file with the same basename (or, in a
   second pass, the same name before the first '.') whose size is within 30% of it; .xz and
   .bz2 files and empty files never are (ostree-repo-static-delta-compilation-analysis.c).
-  `similar_pairs` mirrors that rule.
+  `similar_pairs` (builder/delta/pairs.py) mirrors that rule.
 - A modified file is first tried with rollsum (used when at least 50% of its rolling-checksum
   chunks match the old file; no knob), else with bsdiff when the two sizes SUMMED are at most
   --max-bsdiff-size (MB of 10^6, default 128: a 96 MB executable and its predecessor, 192 MB,
@@ -30,10 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from builder.core.ostree import TreeFile
+from builder.delta.pairs import Pair, similar_pairs
 
 MB = 1000 * 1000  # ostree's knobs count megabytes of 10^6 bytes
-SIMILARITY = 0.30  # CONTENT_SIZE_SIMILARITY_THRESHOLD_PERCENT
-NEVER_DELTA_SUFFIXES = (".xz", ".bz2")
 BSDIFF_BYTES_PER_OLD_BYTE = 17
 PROCESS_BASE = 64 * 1024 * 1024
 XZ_PRESET_8 = 370 * 1024 * 1024  # liblzma's encoder memory at preset 8
@@ -42,22 +41,6 @@ DEFAULT_MAX_BSDIFF_MB = 128
 # Relative costs for ordering the paths (seconds per MB, measured here on one core).
 BSDIFF_SECONDS_PER_MB = 0.45  # per MB of old + new
 XZ_SECONDS_PER_MB = 0.6
-
-
-@dataclass(frozen=True)
-class Pair:
-    """A modified file: the new file and the old one ostree deltas it against."""
-
-    new: TreeFile
-    old: TreeFile
-
-    @property
-    def summed(self) -> int:
-        return self.new.size + self.old.size
-
-    @property
-    def bsdiff_memory(self) -> int:
-        return PROCESS_BASE + BSDIFF_BYTES_PER_OLD_BYTE * self.old.size + self.new.size
 
 
 @dataclass(frozen=True)
@@ -83,54 +66,9 @@ class PathPlan:
                 "bsdiff_over_ceiling": [p.new.path for p in self.over_ceiling]}
 
 
-def _basename(path: str) -> str:
-    return path.rsplit("/", 1)[-1]
-
-
-def _candidate(names: Sequence[str], size: int) -> bool:
-    return size > 0 and not any(n.endswith(NEVER_DELTA_SUFFIXES) for n in names)
-
-
-def _names_match(a: Sequence[str], b: Sequence[str], fuzzy: bool) -> bool:
-    for x in a:
-        for y in b:
-            dot_x, dot_y = x.find("."), y.find(".")
-            if fuzzy and dot_x > 0 and dot_y > 0 and dot_x == dot_y:
-                if x[:dot_x] == y[:dot_y]:
-                    return True
-            elif x == y:
-                return True
-    return False
-
-
-def _by_object(files: Sequence[TreeFile]) -> dict[str, tuple[TreeFile, list[str]]]:
-    objects: dict[str, tuple[TreeFile, list[str]]] = {}
-    for f in files:
-        objects.setdefault(f.checksum, (f, []))[1].append(_basename(f.path))
-    return objects
-
-
-def similar_pairs(old_files: Sequence[TreeFile], new_files: Sequence[TreeFile]) -> list[Pair]:
-    """ostree's modified-file pairing (_ostree_delta_compute_similar_objects), per object."""
-    old = sorted(_by_object(old_files).values(), key=lambda item: item[0].size)
-    old_checksums = {f.checksum for f in old_files}
-    new = {c: v for c, v in _by_object(new_files).items() if c not in old_checksums}
-    pairs: list[Pair] = []
-    for new_file, new_names in sorted(new.values(), key=lambda item: item[0].size):
-        if not _candidate(new_names, new_file.size):
-            continue
-        low = int(new_file.size * (1.0 - SIMILARITY))
-        high = int(new_file.size * (1.0 + SIMILARITY))
-        match = None
-        for fuzzy in (False, True):
-            match = next((o for o, names in old if low <= o.size <= high
-                          and _candidate(names, o.size)
-                          and _names_match(names, new_names, fuzzy)), None)
-            if match is not None:
-                break
-        if match is not None:
-            pairs.append(Pair(new_file, match))
-    return pairs
+def ostree_bsdiff_memory(pair: Pair) -> int:
+    """Peak memory of ostree's bsdiff (qsufsort) of one pair."""
+    return PROCESS_BASE + BSDIFF_BYTES_PER_OLD_BYTE * pair.old.size + pair.new.size
 
 
 def plan_path(from_commit: str | None, old_files: Sequence[TreeFile],
@@ -141,7 +79,7 @@ def plan_path(from_commit: str | None, old_files: Sequence[TreeFile],
     over: list[Pair] = []
     # One threshold on summed sizes: include pairs in ascending order while they fit.
     for pair in sorted(pairs, key=lambda p: p.summed):
-        (fitting if not over and pair.bsdiff_memory <= ceiling else over).append(pair)
+        (fitting if not over and ostree_bsdiff_memory(pair) <= ceiling else over).append(pair)
     max_bsdiff_mb = DEFAULT_MAX_BSDIFF_MB
     if fitting:
         max_bsdiff_mb = math.ceil(max(p.summed for p in fitting) / MB)
@@ -153,7 +91,7 @@ def plan_path(from_commit: str | None, old_files: Sequence[TreeFile],
     whole = [size for checksum, size in new_objects.items() if checksum not in paired]
     largest = max(new_objects.values(), default=0)
     xz_memory = PROCESS_BASE + XZ_PRESET_8 + PART_MB * MB + largest
-    memory = max([xz_memory, *(p.bsdiff_memory for p in fitting)])
+    memory = max([xz_memory, *(ostree_bsdiff_memory(p) for p in fitting)])
     cost = (sum(p.summed for p in fitting) * BSDIFF_SECONDS_PER_MB
             + (sum(whole) + sum(p.new.size for p in over)) * XZ_SECONDS_PER_MB) / MB
     return PathPlan(from_commit, max(max_bsdiff_mb, 1), PART_MB, tuple(pairs), tuple(over),
