@@ -4,6 +4,8 @@
 `nox -s bench` runs it.
 `realscale` (issue 11) is heavy (about half an hour on 2 cores) and runs only when named:
 `python -m bench realscale [--series hugo-0.163|hugo-0.152] [--releases N]`.
+`large-object` (issue 34) runs only when named: one 96 MB executable's delta from the
+builder's generator, ostree's bsdiff and xdelta3 -9 side by side (`--rounds 3`: ~15 minutes).
 `signals` (issue 32) kills each long command at random moments ROUNDS times per signal
 (`python -m bench signals --rounds 20`: about 2 hours) and runs only when named;
 `--only NAME` (repeatable) kills only that command, e.g. `--only "composer compose"`.
@@ -15,11 +17,21 @@ import argparse
 import json
 from pathlib import Path
 
-from bench import arches, build_times, ota, publish, realscale, signals, update_size
+from bench import (
+    arches,
+    build_times,
+    large_object,
+    ota,
+    publish,
+    realscale,
+    signals,
+    update_size,
+)
 from bench.fixture import SERIES
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale", "signals")
+BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale", "signals",
+              "large-object")
 DEFAULT = ("build", "update", "publish", "ota", "arches")
 
 
@@ -27,7 +39,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("which", nargs="*",
                         help="benchmarks: build, update, publish, ota, arches, realscale, "
-                             "signals "
+                             "signals, large-object "
                              "(default: build update publish ota arches)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
@@ -71,6 +83,12 @@ def main() -> int:
         result = arches.measure(max(1, args.rounds // 2), args.release.resolve())
         (args.out / "arches.json").write_text(json.dumps(result, indent=2) + "\n")
         print(arches.report(result))
+    if "large-object" in which:
+        result = large_object.measure(args.rounds, args.out)
+        (args.out / "large-object.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(large_object.report(result))
+        if which == {"large-object"}:
+            return 0 if all(result["checks"].values()) else 1
     if "realscale" in which:
         series = SERIES[args.series]
         releases = min(args.releases or len(series.payloads), len(series.payloads))

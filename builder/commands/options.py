@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from builder.context import Context
 from builder.core.errors import InputError
@@ -36,6 +36,51 @@ def ref_for_arch(run: Context, arch_ctx: Context, ref: str | None) -> str | None
 def add_build_dir(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build-dir", type=Path, default=Path("build"),
                         help="where every output goes (default: ./build)")
+
+
+def add_images_option(parser: Any, what: str) -> None:
+    """--image (repeatable) and --all-images; `parser` may be a mutually exclusive group."""
+    parser.add_argument("--image", action="append", dest="images", metavar="IMAGE",
+                        help=f"image profile to {what} (default: microshift-full); repeat it "
+                             "for several images in one run")
+    parser.add_argument("--all-images", action="store_true",
+                        help=f"{what} every image of blueprints/profiles.yaml (the release "
+                             "matrix: every profile for every architecture)")
+
+
+def selected_images(args: argparse.Namespace) -> list[str]:
+    """The images --image/--all-images name, in profiles.yaml's order for --all-images;
+    an unknown image is an input error naming the allowed ones."""
+    from builder.blueprint.render import load_profile, load_profiles
+
+    if getattr(args, "all_images", False):
+        return list(load_profiles())
+    images = list(dict.fromkeys(args.images or ["microshift-full"]))
+    for image in images:
+        load_profile(image)
+    return images
+
+
+def add_delta_options(parser: argparse.ArgumentParser) -> None:
+    """How deltas are made: the generator and its part cache."""
+    parser.add_argument("--delta-generator", choices=("builder", "ostree"), default="builder",
+                        help="builder: the builder's compiler (bsdiff on every core, each "
+                             "part made once for every path and kept in DIR/cache/delta-parts); "
+                             "ostree: `ostree static-delta generate` per path (default: builder)")
+    parser.add_argument("--delta-cache-size", metavar="SIZE",
+                        help="keep DIR/cache/delta-parts within this size, e.g. 8G (default 8G); "
+                             "the parts used longest ago go first")
+
+
+def delta_cache_limit(args: argparse.Namespace) -> int | None:
+    if not args.delta_cache_size:
+        return None
+    from builder.publish.plan import parse_size
+
+    try:
+        return parse_size(args.delta_cache_size)
+    except ValueError as exc:
+        raise InputError("command line", "--delta-cache-size", str(exc)) from None
 
 
 def add_signing_options(parser: argparse.ArgumentParser) -> None:

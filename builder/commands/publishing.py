@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from builder.commands.options import (
     add_build_dir,
+    add_delta_options,
+    add_images_option,
     add_rollout_options,
     add_signing_options,
     add_validity_option,
+    delta_cache_limit,
     per_arch,
     ref_for_arch,
     rollout_plan,
+    selected_images,
     signing_key,
     validity,
 )
@@ -30,7 +33,7 @@ def register(sub: Any) -> None:
     add_build_dir(deltas)
     add_validity_option(deltas)
     target = deltas.add_mutually_exclusive_group()
-    target.add_argument("--image", help="the image whose ref to use (default microshift-full)")
+    add_images_option(target, "make deltas for")
     target.add_argument("--ref", help="the ostree ref to make deltas for")
     deltas.add_argument("--from-count", type=int, default=None,
                         help="deltas from this many previous commits (default: release.yaml "
@@ -42,9 +45,12 @@ def register(sub: Any) -> None:
                              "the ref pulls)")
     deltas.add_argument("--memory-limit", metavar="SIZE",
                         help="memory for all delta generation at once, e.g. 8G (default: half "
-                             "of this machine's memory); bsdiff of a file needs ~17x its size")
+                             "of this machine's memory); bsdiff of a file needs ~8x its size "
+                             "(ostree's generator: ~17x)")
     deltas.add_argument("--jobs", type=int, default=None,
-                        help="update paths generated at once (default: the number of cores)")
+                        help="parts (ostree's generator: update paths) made at once (default: "
+                             "the number of cores)")
+    add_delta_options(deltas)
     add_signing_options(deltas)
     deltas.set_defaults(func=cmd_deltas)
 
@@ -172,7 +178,8 @@ def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.publish.deltas import DeltaOptions, generate_deltas
+    from builder.blueprint.target import image_target
+    from builder.publish.deltas import DeltaOptions, DeltaTarget, generate_matrix
 
     if args.from_count is not None and args.from_count < 0:
         raise InputError("command line", "--from-count", "must be 0 or more")
@@ -185,16 +192,22 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
         limit = parse_size(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise InputError("command line", "--memory-limit", str(exc)) from None
+    cache_limit = delta_cache_limit(args)
+    images = [] if args.ref else selected_images(args)
     if not ctx.path("ostree", "repo", "config").is_file():
         raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
                          hint="run `python -m builder compose` first")
-    options = DeltaOptions(image=args.image or "microshift-full",
+    options = DeltaOptions(image=images[0] if images else "microshift-full",
                            from_count=args.from_count, key=signing_key(ctx, args),
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
-                           scratch=not args.no_scratch, validity=seconds)
+                           scratch=not args.no_scratch, validity=seconds,
+                           generator=args.delta_generator, cache_limit=cache_limit)
+    targets = []
     for arch_ctx in per_arch(ctx):
         ref = ref_for_arch(ctx, arch_ctx, args.ref)
-        report = generate_deltas(arch_ctx, replace(options, ref=ref))
+        refs = [ref] if ref else [image_target(arch_ctx, image).ref for image in images]
+        targets += [DeltaTarget(arch_ctx, one) for one in refs]
+    for report in generate_matrix(ctx, targets, options):
         print(report.text())
     return 0
 

@@ -269,6 +269,10 @@ def _read_slice(piece: FileSlice) -> bytes:
 def _encode(gtype: GType, value: object, order: str) -> list[Piece]:
     if isinstance(value, Serialized):
         return [value.data]
+    return _encode_value(gtype, value, order)
+
+
+def _encode_value(gtype: GType, value: object, order: str) -> list[Piece]:
     code = gtype.code
     if code in NUMBERS:
         return [struct.pack(order + NUMBERS[code], value)]

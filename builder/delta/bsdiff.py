@@ -10,18 +10,21 @@ never carries a stream that does not rebuild its object.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 from builder.core.errors import BuildError
 
 SEGMENT_BYTES = 16 << 20  # part of the stream's identity (cache keys name it)
 
+_IMPORT_ERROR = ""
 try:
     from builder.delta import _bsdiff
 except ImportError as exc:  # the project was installed without building its extension
-    _bsdiff = None
+    _bsdiff = None  # type: ignore[assignment]
     _IMPORT_ERROR = str(exc)
 
 
-def _module():  # type: ignore[no-untyped-def]
+def _module() -> ModuleType:
     if _bsdiff is None:
         raise BuildError(f"the bsdiff extension builder.delta._bsdiff is not built "
                          f"({_IMPORT_ERROR})",

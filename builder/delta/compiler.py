@@ -116,10 +116,10 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
         for index, request in enumerate(requests):
             if index not in written and all(k in found or k in made for k in keys[index]):
                 written[index] = _write(request, plans[index], keys[index], found, made,
-                                        index, time.monotonic() - started)
+                                        index=index, ready=time.monotonic() - started)
 
     on_ready({})
-    _make(tasks, cache, encoder, progress, jobs, ceiling, on_ready)
+    _make(tasks, cache, encoder, progress, jobs=jobs, ceiling=ceiling, on_ready=on_ready)
     dropped, freed = cache.trim()
     if dropped:
         progress.info(f"delta part cache: dropped {dropped} parts used longest ago "
@@ -141,7 +141,7 @@ def _plan(requests: Sequence[DeltaRequest], runner: Runner,
 
 
 def _make(tasks: dict[str, tuple[_Task, int]], cache: PartCache, encoder: Encoder,
-          progress: Progress, jobs: int, ceiling: int,
+          progress: Progress, *, jobs: int, ceiling: int,
           on_ready: Callable[[dict[str, _Made]], None]) -> None:
     """Make every task's part, costliest first, within `jobs` and the memory ceiling."""
     pending = sorted(tasks.values(), key=lambda t: t[0].cost, reverse=True)
@@ -188,7 +188,7 @@ def _report_made(progress: Progress, task: _Task, cached: CachedPart, seconds: f
 
 
 def _write(request: DeltaRequest, plans: list[PartPlan], keys: list[str],
-           found: dict[str, CachedPart], made: dict[str, _Made], index: int,
+           found: dict[str, CachedPart], made: dict[str, _Made], *, index: int,
            ready: float) -> CompiledDelta:
     parts = [(plan, found[key] if key in found else made[key].cached)
              for plan, key in zip(plans, keys, strict=True)]

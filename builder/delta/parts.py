@@ -84,7 +84,11 @@ class _Writer:
                                              b"".join(self.payload), bytes(self.ops)))
         compressor = lzma.LZMACompressor(format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC64,
                                          preset=preset)
-        chunks = [XZ, *(compressor.compress(piece) for piece in pieces), compressor.flush()]
+        chunks = [XZ]
+        for piece in pieces:
+            assert not isinstance(piece, gvariant.FileSlice)  # a part is built in memory
+            chunks.append(compressor.compress(piece))
+        chunks.append(compressor.flush())
         return b"".join(chunks)
 
 

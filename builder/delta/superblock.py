@@ -46,7 +46,7 @@ def superblock_bytes(objects: ArchiveObjects, from_commit: str | None, to_commit
     timestamp = gvariant.children(COMMIT_TYPE, commit)[TIMESTAMP]
     headers = [(PART_VERSION, bytes.fromhex(cached.sha256), cached.bytes, cached.uncompressed,
                 plan.objects()) for plan, cached in parts]
-    value = (metadata, Serialized(bytes(timestamp)),
+    value: tuple[object, ...] = (metadata, Serialized(bytes(timestamp)),
              bytes.fromhex(from_commit) if from_commit else b"", bytes.fromhex(to_commit),
              Serialized(commit), b"", headers, [])
     return gvariant.join(gvariant.encode(SUPERBLOCK_TYPE, value))

@@ -1,28 +1,33 @@
-"""Static deltas for a ref, offline delta files for USB delivery, and what each update costs.
+"""Static deltas for the refs of a run, offline delta files for USB delivery, and what each
+update costs.
 
-For the head H of a ref this makes a static delta to H from each of the previous N commits
-(N = release.yaml ostree.deltas_from, default 3) and from scratch (`--empty`), then
+For the head H of each ref this makes a static delta to H from each of the previous N
+commits (N = release.yaml ostree.deltas_from, default 3) and from scratch (`--empty`), then
 regenerates the summary (which also rewrites the delta indexes clients look deltas up in).
 The report also says what each update from a previous commit changes
 (builder/publish/changes.py).
 
-- Each path is generated once, into the repository, with knobs chosen from its files and
-  the memory ceiling (builder/publish/plan.py); its offline file DIR/deltas/REF/FROM-TO.delta
-  is then written from that delta (builder/publish/offline.py), not generated again.
-- Paths run in parallel, up to the machine's cores and while their estimated peak memory
-  fits the ceiling (default: half the machine's memory), longest first.
+- Every path of every ref of the run is made in one job (builder/publish/generate.py): with
+  the builder's compiler (the default) each part is made once for all the paths, profiles
+  and architectures that need it, and reused across runs from DIR/cache/delta-parts; with
+  ostree's generator each path runs `static-delta generate` with knobs from
+  builder/publish/plan.py. Either way within the machine's cores and the memory ceiling
+  (default: half the machine's memory).
+- Each path's offline file DIR/deltas/REF/FROM-TO.delta is then written from its delta
+  (builder/publish/offline.py), not generated again.
 - DIR/deltas/REF/index.json lists the offline files (from, to, size, sha256);
-  report.json/report.txt say per path what a device downloads and how the delta was made.
+  report.json/report.txt say per path what a device downloads and how the delta was made;
+  a run of several refs also writes DIR/deltas/matrix.json/matrix.txt
+  (builder/publish/matrix.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
 from builder.context import Context
 from builder.core.errors import BuildError
@@ -33,6 +38,8 @@ from builder.core.signing import SigningKey, sign_detached, signature_epoch, sto
 from builder.publish.changes import changes_to
 from builder.publish.encodings import delta_encodings
 from builder.publish.freshness import sign_timestamp
+from builder.publish.generate import Generated, PathWork, generate_paths, run_parallel
+from builder.publish.matrix import write_matrix
 from builder.publish.offline import (
     INDEX,
     SUFFIX,
@@ -43,7 +50,7 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from builder.publish.plan import PathPlan, default_ceiling, machine_cores, plan_path, schedule
+from builder.publish.plan import PathPlan, default_ceiling, machine_cores, plan_path
 from builder.publish.report import (
     DeltaReport,
     LargeFile,
@@ -60,7 +67,6 @@ from builder.updater.freshness import (
 )
 
 LARGE_FILE = 1024 * 1024  # new files from this size on are listed with their encoding
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,9 +77,28 @@ class DeltaOptions:
     key: SigningKey | None = None
     offline: bool = True
     memory_limit: int | None = None  # bytes for all paths at once; None: half the memory
-    jobs: int | None = None          # paths at once; None: the machine's cores
+    jobs: int | None = None          # paths (ostree) or parts (builder) at once; None: cores
     scratch: bool = True             # also the delta from scratch (new devices, --empty)
     validity: int = DEFAULT_VALIDITY_SECONDS  # how long the index's statement is current
+    generator: str = "builder"       # builder (builder/delta) or ostree (static-delta generate)
+    cache_limit: int | None = None   # bytes of DIR/cache/delta-parts; None: 8 GiB
+
+
+@dataclass(frozen=True)
+class DeltaTarget:
+    """One ref of a run, with the run narrowed to that ref's architecture."""
+
+    ctx: Context
+    ref: str
+
+
+@dataclass(frozen=True)
+class _Ref:
+    target: DeltaTarget
+    head: str
+    previous: tuple[str, ...]
+    new_files: tuple[TreeFile, ...]
+    out_dir: Path
 
 
 def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
@@ -87,137 +112,130 @@ def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
 def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaReport:
     """Generate, publish and measure the deltas to the ref's head (a library entry point)."""
     options = options or DeltaOptions()
+    [report] = generate_matrix(ctx, [DeltaTarget(ctx, resolve_ref(ctx, options))], options)
+    return report
+
+
+def generate_matrix(ctx: Context, targets: Sequence[DeltaTarget],
+                    options: DeltaOptions) -> list[DeltaReport]:
+    """The deltas of every target ref in one job; one report per ref, in order."""
     repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
     if not repo.exists():
         raise BuildError(f"no ostree repository at {repo.path}",
                          hint="run `python -m builder compose` first")
-    ref = resolve_ref(ctx, options)
-    count = ctx.release.ostree.deltas_from if options.from_count is None else options.from_count
-    history = repo.history(ref, count + 1)
-    if not history:
-        raise BuildError(f"{repo.path} has no ref {ref}", hint="compose the image first")
-    head, previous = history[0], history[1:]
-    out_dir = report_dir(ctx.build_dir, ref)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    refs = [_history(repo, target, options) for target in targets]
     ceiling = options.memory_limit or default_ceiling()
     jobs = max(1, options.jobs or machine_cores())
-    sources: list[str | None] = [*previous, *([None] if options.scratch else [])]
-    scratch = " and from scratch" if options.scratch else ""
-    with ctx.progress.step(f"static deltas to {ref} = {head[:12]} from "
-                           f"{len(previous)} previous commits{scratch}"):
+    with ctx.progress.step(_title(refs, options)):
         started = time.monotonic()
-        new_files = repo.files(head)
-        plans = [plan_path(source, repo.files(source) if source else [], new_files, ceiling)
-                 for source in sources]
-        ctx.progress.info(f"up to {jobs} paths at once, memory ceiling {human_bytes(ceiling)}")
-        for plan in plans:
-            if plan.memory_estimate > ceiling:
-                ctx.progress.info(f"{(plan.from_commit or 'empty')[:12]}: estimated peak "
-                                  f"{human_bytes(plan.memory_estimate)} is over the ceiling "
-                                  "even without bsdiff; it runs alone")
-        target = _Target(repo, head, new_files, out_dir if options.offline else None)
-        built = run_parallel(lambda plan: _build_path(ctx, target, plan), plans, jobs, ceiling)
-        results = [built[id(plan)] for plan in plans]
-        paths = tuple(path for path, _ in results)
+        work = _work(ctx, repo, refs, options, ceiling)
+        ctx.progress.info(f"{len(work)} paths with {options.generator}'s generator, up to "
+                          f"{jobs} at once, memory ceiling {human_bytes(ceiling)}")
+        generated = generate_paths(ctx, work, options.generator, jobs=jobs, ceiling=ceiling,
+                                   cache_limit=options.cache_limit)
+        by_ref = {ref.target.ref: ref for ref in refs}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            finished = list(pool.map(
+                lambda item: _finish(ctx, by_ref[item[0].ref], item[0], item[1],
+                                     offline_file=options.offline, started=started),
+                zip(work, generated, strict=True)))
         try:
             repo.summary_update(options.key)
         finally:
             if options.key is not None:
                 stop_agent(ctx.runner, options.key.homedir)
-        if options.offline:
-            files = [offline for _, offline in results if offline is not None]
-            _write_index(out_dir, ref, head, repo.metadata(head, "version"), files)
-            _sign_index(ctx, out_dir, ref, options.key, options.validity)
-        wall = time.monotonic() - started
-    report = DeltaReport(ref, head, repo.metadata(head, "version"), str(repo.path), paths,
-                         round(wall, 2), jobs, ceiling,
-                         changes_to(repo, head, previous, ctx.progress.warn))
-    write_atomic(out_dir / "report.json", report.to_json())
-    write_atomic(out_dir / "report.txt", report.text() + "\n")
-    ctx.progress.wrote(str(out_dir / "report.json"), (out_dir / "report.json").stat().st_size)
-    return report
+        reports = [_publish(ref, repo, work, finished, options, started=started, jobs=jobs,
+                            ceiling=ceiling) for ref in refs]
+        if len(refs) > 1:
+            write_matrix(ctx, reports, round(time.monotonic() - started, 2))
+    return reports
 
 
-def run_parallel(work: Callable[[PathPlan], T], plans: Sequence[PathPlan], jobs: int,
-                 ceiling: int) -> dict[int, T]:
-    """work(plan) for every plan, longest first, at most `jobs` at once and, beyond the
-    first, only while the running plans' memory estimates fit the ceiling. Keyed by id(plan)."""
-    pending = schedule(plans)
-    running: dict[Future[T], PathPlan] = {}
-    results: dict[int, T] = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        while pending or running:
-            while pending and len(running) < jobs:
-                used = sum(p.memory_estimate for p in running.values())
-                fit = next((p for p in pending if used + p.memory_estimate <= ceiling),
-                           None if running else pending[0])
-                if fit is None:
-                    break
-                pending.remove(fit)
-                running[pool.submit(work, fit)] = fit
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                plan = running.pop(future)
-                if future.exception() is not None:
-                    pending.clear()  # let the running paths finish, start no new ones
-                    for other in running:
-                        other.cancel()
-                    raise future.exception()  # type: ignore[misc]
-                results[id(plan)] = future.result()
-    return results
+def _title(refs: Sequence[_Ref], options: DeltaOptions) -> str:
+    scratch = " and from scratch" if options.scratch else ""
+    if len(refs) == 1:
+        ref = refs[0]
+        return (f"static deltas to {ref.target.ref} = {ref.head[:12]} from "
+                f"{len(ref.previous)} previous commits{scratch}")
+    return (f"static deltas to {len(refs)} refs from up to "
+            f"{max(len(r.previous) for r in refs)} previous commits{scratch}")
 
 
-@dataclass(frozen=True)
-class _Target:
-    """What every update path to one head shares."""
+def _history(repo: Repo, target: DeltaTarget, options: DeltaOptions) -> _Ref:
+    ctx = target.ctx
+    count = ctx.release.ostree.deltas_from if options.from_count is None else options.from_count
+    history = repo.history(target.ref, count + 1)
+    if not history:
+        raise BuildError(f"{repo.path} has no ref {target.ref}", hint="compose the image first")
+    out_dir = report_dir(ctx.build_dir, target.ref)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return _Ref(target, history[0], tuple(history[1:]), tuple(repo.files(history[0])), out_dir)
 
-    repo: Repo
-    head: str
-    new_files: Sequence[TreeFile]
-    out_dir: Path | None  # None: no offline files
+
+def _work(ctx: Context, repo: Repo, refs: Sequence[_Ref], options: DeltaOptions,
+          ceiling: int) -> list[PathWork]:
+    work = []
+    listed: dict[str, list[TreeFile]] = {}
+    for ref in refs:
+        sources: list[str | None] = [*ref.previous, *([None] if options.scratch else [])]
+        for source in sources:
+            old = listed.setdefault(source, repo.files(source)) if source else []
+            plan = plan_path(source, old, ref.new_files, ceiling)
+            if options.generator == "ostree" and plan.memory_estimate > ceiling:
+                ctx.progress.info(f"{(source or 'empty')[:12]}: estimated peak "
+                                  f"{human_bytes(plan.memory_estimate)} is over the ceiling "
+                                  "even without bsdiff; it runs alone")
+            work.append(PathWork(repo, ref.target.ref, ref.head, plan))
+    return work
 
 
-def _build_path(ctx: Context, target: _Target,
-                plan: PathPlan) -> tuple[UpdatePath, OfflineFile | None]:
-    """One update path: generate it (unless an exact one exists), write its offline file,
-    read how its files are encoded, measure it."""
-    started = time.monotonic()
-    repo, head, out_dir = target.repo, target.head, target.out_dir
+def _finish(ctx: Context, ref: _Ref, path: PathWork, generated: Generated, *,
+            offline_file: bool, started: float) -> tuple[UpdatePath, OfflineFile | None]:
+    """One generated path: its offline file, how its large files travel, its sizes."""
+    repo, head, plan = path.repo, path.head, path.plan
     source = plan.from_commit
     directory = delta_dir(repo.path, source, head)
-    label = f"{(source or 'empty')[:12]} -> {head[:12]}"
-    if (directory / "superblock").is_file() and read_superblock(repo, source, head).fallbacks:
-        # An older delta with fallback entries (made before this code): never keep one.
-        repo.delta_delete(source, head)
-    generated = not (directory / "superblock").is_file()
-    seconds = peak = None
-    how = "kept the existing delta"
-    if generated:
-        ctx.progress.info(f"{label}: generating ({' '.join(plan.generate_args())}; estimated "
-                          f"peak {human_bytes(plan.memory_estimate)})")
-        measured = ctx.runner.measured(repo.delta_generate_argv(head, source,
-                                                                plan.generate_args()))
-        seconds, peak = round(measured.seconds, 2), measured.peak_rss
-        how = f"generated in {seconds:.1f}s, peak {human_bytes(peak)}"
-    superblock = read_superblock(repo, source, head)
-    if superblock.fallbacks:
-        raise BuildError(f"delta {label} has {len(superblock.fallbacks)} fallback objects "
-                         "although it was generated with --min-fallback-size=0")
     from_version = repo.metadata(source, "version") if source else None
     offline: OfflineFile | None = None
-    if out_dir is not None:
-        offline = write_offline_file(directory, out_dir / offline_name(source, head),
+    if offline_file:
+        offline = write_offline_file(directory, ref.out_dir / offline_name(source, head),
                                      from_version)
-    large = _large_files(directory, superblock, plan, target.new_files) if source else ()
+    superblock = read_superblock(repo, source, head)
+    large = _large_files(directory, superblock, plan, ref.new_files) if source else ()
     measured_path = measure_update(repo, source, head, offline.file if offline else None)
     result = replace(measured_path, offline_bytes=offline.bytes if offline else None,
-                     offline_sha256=offline.sha256 if offline else None, generated=generated,
-                     generation_seconds=seconds, peak_memory_bytes=peak, knobs=plan.to_json(),
-                     large_files=large, path_seconds=round(time.monotonic() - started, 2))
-    ctx.progress.info(f"{label}: {human_bytes(result.delta_bytes)} in {result.delta_parts} "
-                      f"parts, {result.fallback_objects} fallback objects, {how}",
-                      path=label, bytes=result.delta_bytes)
+                     offline_sha256=offline.sha256 if offline else None,
+                     generated=generated.generated, generation_seconds=generated.seconds,
+                     peak_memory_bytes=generated.peak, knobs=generated.knobs or {},
+                     pieces=generated.pieces, large_files=large,
+                     path_seconds=round(time.monotonic() - started, 2))
+    ctx.progress.info(f"{path.label}: {human_bytes(result.delta_bytes)} in {result.delta_parts} "
+                      f"parts, {result.fallback_objects} fallback objects, {generated.how}",
+                      path=path.label, bytes=result.delta_bytes)
     return result, offline
+
+
+def _publish(ref: _Ref, repo: Repo, work: Sequence[PathWork],
+             finished: Sequence[tuple[UpdatePath, OfflineFile | None]], options: DeltaOptions,
+             *, started: float, jobs: int, ceiling: int) -> DeltaReport:
+    """One ref's index (signed), report.json and report.txt."""
+    ctx = ref.target.ctx
+    mine = [done for path, done in zip(work, finished, strict=True)
+            if path.ref == ref.target.ref]
+    if options.offline:
+        files = [offline for _, offline in mine if offline is not None]
+        _write_index(ref.out_dir, ref.target.ref, ref.head, repo.metadata(ref.head, "version"),
+                     files)
+        _sign_index(ctx, ref.out_dir, ref.target.ref, options.key, options.validity)
+    report = DeltaReport(ref.target.ref, ref.head, repo.metadata(ref.head, "version"),
+                         str(repo.path), tuple(path for path, _ in mine),
+                         round(time.monotonic() - started, 2), jobs, ceiling,
+                         changes_to(repo, ref.head, list(ref.previous), ctx.progress.warn))
+    write_atomic(ref.out_dir / "report.json", report.to_json())
+    write_atomic(ref.out_dir / "report.txt", report.text() + "\n")
+    written = ref.out_dir / "report.json"
+    ctx.progress.wrote(str(written), written.stat().st_size)
+    return report
 
 
 def _large_files(directory: Path, superblock: Superblock, plan: PathPlan,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo, TreeObjects, delta_dir, object_path
@@ -51,11 +52,13 @@ class UpdatePath:
     offline_bytes: int | None = None
     offline_sha256: str | None = None
     generated: bool = True              # False: an existing delta was kept
-    generation_seconds: float | None = None  # ostree static-delta generate, wall
+    generation_seconds: float | None = None  # ostree: its run; builder: until written
     path_seconds: float | None = None   # generation + offline file + checks + measuring
     peak_memory_bytes: int | None = None
     knobs: dict[str, object] = field(default_factory=dict)
     large_files: tuple[LargeFile, ...] = ()
+    # The builder's generator: parts taken from the cache, made, shared with other paths.
+    pieces: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -90,21 +93,28 @@ class DeltaReport:
                 row += f"{_secs(times['delta']):>14}{_secs(times['object_pull']):>13}"
             lines.append(row)
         lines += ["", f"{'from':<28}{'parts':>6}{'fallback':>10}{'generated':>11}"
-                      f"{'peak memory':>13}  knobs"]
+                      f"{'peak memory':>13}  how"]
         for path in self.paths:
             made = (f"{path.generation_seconds:.1f}s" if path.generated
                     and path.generation_seconds is not None else "kept")
             peak = human_bytes(path.peak_memory_bytes) if path.peak_memory_bytes else "-"
-            knobs = " ".join(f"{k}={v}" for k, v in sorted(path.knobs.items())
-                             if k.endswith("_mb"))
             lines.append(f"{_origin(path):<28}{path.delta_parts:>6}{path.fallback_objects:>10}"
-                         f"{made:>11}{peak:>13}  {knobs}")
+                         f"{made:>11}{peak:>13}  {_how(path)}")
         lines += _large_file_lines(self.paths)
         if self.wall_seconds is not None:
             lines.append(f"\nall paths in {self.wall_seconds:.1f}s with up to {self.jobs} at "
                          f"once, memory ceiling {human_bytes(self.memory_ceiling_bytes or 0)}")
         lines += [change.text() for change in self.changes]
         return "\n".join(lines)
+
+
+def _how(path: UpdatePath) -> str:
+    """The generator's knobs (ostree), or where the parts came from (builder)."""
+    if path.pieces:
+        pieces = path.pieces
+        return (f"builder: {pieces['cached']} parts from the cache, {pieces['made']} made, "
+                f"{pieces['shared']} shared with other paths")
+    return " ".join(f"{k}={v}" for k, v in sorted(path.knobs.items()) if k.endswith("_mb"))
 
 
 def _large_file_lines(paths: tuple[UpdatePath, ...]) -> list[str]:

@@ -93,15 +93,24 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.parametrize("generator", ["builder", "ostree"])
 def test_deltas_from_the_previous_commits_and_from_scratch(
-        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capfd: pytest.CaptureFixture[str], generator: str) -> None:
     chain = make_chain(tmp_path, 4)
     c1, c2, c3, c4 = chain.commits
-    report = deltas(chain, from_count=2)
+    report = deltas(chain, from_count=2, generator=generator)
     err = capfd.readouterr().err
     for path in report["paths"]:
         knobs = path["knobs"]
+        assert knobs["generator"] == generator
         label = f"{(path['from_commit'] or 'empty')[:12]} -> {c4[:12]}"
+        if generator == "builder":
+            pieces = path["pieces"]
+            assert pieces["made"] + pieces["shared"] + pieces["cached"] == \
+                pieces["parts"] == path["delta_parts"]
+            assert f"    {label}: " in err and f"{pieces['parts']} parts: " in err
+            continue
+        assert path["pieces"] is None
         assert (f"    {label}: generating (--min-fallback-size=0 --max-bsdiff-size="
                 f"{knobs['max_bsdiff_size_mb']} --max-chunk-size={knobs['max_chunk_size_mb']}; "
                 "estimated peak ") in err
@@ -267,7 +276,7 @@ def test_a_delta_with_fallback_objects_is_an_error_not_published(tmp_path: Path)
     chain = make_chain(tmp_path, 0)
     new = chain.grow("usr/share/new.bin")
     with pytest.raises(BuildError) as failed:
-        deltas(chain, FallbackRunner())
+        deltas(chain, FallbackRunner(), generator="ostree")
     assert str(failed.value) == (f"delta empty -> {new[:12]} has 2 fallback objects although "
                                  "it was generated with --min-fallback-size=0")
     out = report_dir(chain.build, REF)
@@ -289,13 +298,16 @@ def test_a_file_of_one_MiB_is_large_and_equal_contents_are_listed_once(tmp_path:
         [("/usr/share/a/same.bin", MiB)]
 
 
-def test_large_new_files_are_listed_with_their_encoding(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("generator", "modified"), [("builder", "bsdiff"),
+                                                    ("ostree", "rollsum")])
+def test_large_new_files_are_listed_with_their_encoding(tmp_path: Path, generator: str,
+                                                        modified: str) -> None:
     chain = make_chain(tmp_path, 1)
     c2 = chain.grow("usr/share/new.bin")
-    update, scratch = deltas(chain)["paths"]
+    update, scratch = deltas(chain, generator=generator)["paths"]
     assert update["large_files"] == [
         {"path": "/usr/bin/tool", "bytes": MiB + 100_018, "from_path": "/usr/bin/tool",
-         "from_bytes": MiB + 100_009, "encoding": "rollsum"},
+         "from_bytes": MiB + 100_009, "encoding": modified},
         {"path": "/usr/share/new.bin", "bytes": MiB + 100_000, "from_path": None,
          "from_bytes": None, "encoding": "whole"}]
     assert scratch["large_files"] == []  # from scratch every file is new: nothing to say
@@ -322,13 +334,15 @@ def test_the_ref_is_the_images_unless_given(tmp_path: Path) -> None:
         "microshift/x86_64/microshift-minimal"
 
 
-def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path) -> None:
+@pytest.mark.parametrize("generator", ["builder", "ostree"])
+def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path, generator: str) -> None:
     chain = make_chain(tmp_path, 3)
     c1, c2, c3 = chain.commits
     stream = io.StringIO()
     ctx = Context(chain.build, RELEASE, progress=Progress(json_mode=True, stream=stream))
     started = time.monotonic()
-    returned = generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB))
+    returned = generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB,
+                                                 generator=generator))
     took = time.monotonic() - started
     out = report_dir(chain.build, REF)
     report = json.loads((out / "report.json").read_text())
@@ -347,15 +361,21 @@ def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path) -> None:
     assert {"event": "start", "step": step} in [
         {k: e[k] for k in ("event", "step")} for e in events]
     messages = {e["message"]: e for e in events if e["event"] == "info"}
-    assert "up to 1 paths at once, memory ceiling 3.0 GiB" in messages
+    assert f"3 paths with {generator}'s generator, up to 1 at once, memory ceiling 3.0 GiB" \
+        in messages
     size = (out / "report.json").stat().st_size
     assert messages[f"wrote {out / 'report.json'} ({human_bytes(size)})"]["path"] == \
         str(out / "report.json")
     for path in report["paths"]:
         label = f"{(path['from_commit'] or 'empty')[:12]} -> {c3[:12]}"
+        how = (f"generated in {path['generation_seconds']:.1f}s, peak "
+               f"{human_bytes(path['peak_memory_bytes'])}") if generator == "ostree" else (
+            f"{path['pieces']['parts']} parts: {path['pieces']['cached']} from the cache, "
+            f"{path['pieces']['made']} made, {path['pieces']['shared']} shared with other paths "
+            f"({path['pieces']['made_seconds']:.1f}s of making), ready after "
+            f"{path['generation_seconds']:.1f}s")
         line = (f"{label}: {human_bytes(path['delta_bytes'])} in {path['delta_parts']} parts, "
-                f"0 fallback objects, generated in {path['generation_seconds']:.1f}s, peak "
-                f"{human_bytes(path['peak_memory_bytes'])}")
+                f"0 fallback objects, {how}")
         assert (messages[line]["path"], messages[line]["bytes"]) == (label, path["delta_bytes"])
     stream.truncate(0)
     generate_deltas(ctx, DeltaOptions(ref=REF))
@@ -369,12 +389,12 @@ def test_a_path_whose_estimate_is_over_the_ceiling_runs_alone_and_says_so(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     chain = make_chain(tmp_path, 2)
     estimates = {p["from_commit"]: p["knobs"]["memory_estimate_bytes"]
-                 for p in deltas(chain, offline=False)["paths"]}
+                 for p in deltas(chain, offline=False, generator="ostree")["paths"]}
     ceiling = max(estimates.values())
     capfd.readouterr()
-    deltas(chain, offline=False, memory_limit=ceiling)  # every estimate fits
+    deltas(chain, offline=False, memory_limit=ceiling, generator="ostree")  # every one fits
     assert "estimated peak" not in capfd.readouterr().err
-    deltas(chain, offline=False, memory_limit=ceiling - 1)
+    deltas(chain, offline=False, memory_limit=ceiling - 1, generator="ostree")
     err = capfd.readouterr().err
     for source, estimate in estimates.items():
         assert (f"    {(source or 'empty')[:12]}: estimated peak {human_bytes(estimate)} is "

@@ -11,10 +11,10 @@ import pytest
 
 from builder.core.ostree import Repo, TreeFile
 from builder.core.runner import Runner
+from builder.delta.pairs import similar_pairs
 from builder.publish.deltas import run_parallel
 from builder.publish.encodings import delta_encodings
 from builder.publish.offline import parse_superblock
-from builder.delta.pairs import similar_pairs
 from builder.publish.plan import MB, PathPlan, parse_size, plan_path
 from tests.support.deltas import NO_FALLBACK, tiny_delta
 
