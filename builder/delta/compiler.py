@@ -22,14 +22,13 @@ from builder.core.ostree import Repo, TreeEntry
 from builder.core.progress import Progress, human_bytes
 from builder.core.runner import Runner
 from builder.delta.cache import CachedPart, PartCache
-from builder.delta.layout import Encoder, PartPlan, plan_parts
+from builder.delta.layout import Encoder, PartPlan, bsdiff_memory, plan_parts
 from builder.delta.objects import ArchiveObjects
 from builder.delta.parts import build_part
 from builder.delta.superblock import write_delta
 
 PROCESS_BASE = 64 << 20
 XZ_MEMORY = 370 << 20          # liblzma's encoder at preset 8
-SA_BYTES_PER_OLD_BYTE = 5      # suffix array (4) and the old file
 BSDIFF_SECONDS_PER_MB = 0.25   # old + new, one core of this machine (for ordering only)
 XZ_SECONDS_PER_MB = 0.5
 REPORT_FROM = 4 << 20          # parts from this size on are reported when made
@@ -70,9 +69,9 @@ class _Task:
 
     @property
     def memory(self) -> int:
-        bsdiff = max((SA_BYTES_PER_OLD_BYTE * i.source_size + 3 * i.size
-                      for i in self.plan.items if i.source), default=0)
-        return PROCESS_BASE + max(bsdiff, XZ_MEMORY + 2 * self.plan.size)
+        bsdiff = max((bsdiff_memory(i.source_size, i.size) for i in self.plan.items
+                      if i.source), default=0)
+        return max(bsdiff, PROCESS_BASE + XZ_MEMORY + 2 * self.plan.size)
 
     @property
     def cost(self) -> float:
@@ -93,7 +92,7 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
     """Write the delta of every request into its repository; one result per request."""
     encoder = encoder or Encoder()
     started = time.monotonic()
-    plans = _plan(requests, runner, encoder)
+    plans = _plan(requests, runner, encoder, ceiling)
     keys = [[plan.key(encoder) for plan in path] for path in plans]
     found: dict[str, CachedPart] = {}
     tasks: dict[str, tuple[_Task, int]] = {}
@@ -127,8 +126,8 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
     return [written[index] for index in range(len(requests))]
 
 
-def _plan(requests: Sequence[DeltaRequest], runner: Runner,
-          encoder: Encoder) -> list[list[PartPlan]]:
+def _plan(requests: Sequence[DeltaRequest], runner: Runner, encoder: Encoder,
+          ceiling: int) -> list[list[PartPlan]]:
     listed: dict[tuple[Path, str], list[TreeEntry]] = {}
 
     def entries(repo: Path, commit: str) -> list[TreeEntry]:
@@ -137,7 +136,7 @@ def _plan(requests: Sequence[DeltaRequest], runner: Runner,
         return listed[repo, commit]
 
     return [plan_parts(entries(r.repo, r.from_commit) if r.from_commit else [],
-                       entries(r.repo, r.to_commit), encoder) for r in requests]
+                       entries(r.repo, r.to_commit), encoder, ceiling) for r in requests]
 
 
 def _make(tasks: dict[str, tuple[_Task, int]], cache: PartCache, encoder: Encoder,

@@ -35,6 +35,15 @@ from builder.delta.pairs import similar_pairs
 # Bump when the bytes a part plan turns into change (its cached parts are not reused).
 FORMAT = 1
 METADATA_ESTIMATE = 1024  # listing gives no size for dirtree/dirmeta objects
+BSDIFF_MAX_BYTES = (1 << 31) - 2  # the stream's lengths are C ints in ostree's bspatch
+BSDIFF_BASE_MEMORY = 64 << 20
+SA_BYTES_PER_OLD_BYTE = 5  # the old file and its suffix array (32-bit offsets)
+
+
+def bsdiff_memory(old_size: int, new_size: int) -> int:
+    """Peak memory of one bsdiff: the old file, its suffix array, the new file and the
+    stream (about the new file's size), and the stream applied back to check it."""
+    return BSDIFF_BASE_MEMORY + SA_BYTES_PER_OLD_BYTE * old_size + 3 * new_size
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,10 @@ class PartPlan:
         return b"".join(bytes([i.objtype]) + bytes.fromhex(i.checksum) for i in self.items)
 
 
-def plan_parts(old: Sequence[TreeEntry], new: Sequence[TreeEntry],
-               encoder: Encoder) -> list[PartPlan]:
-    """The parts of the delta old -> new (old is empty for a delta from scratch)."""
+def plan_parts(old: Sequence[TreeEntry], new: Sequence[TreeEntry], encoder: Encoder,
+               memory_limit: int | None = None) -> list[PartPlan]:
+    """The parts of the delta old -> new (old is empty for a delta from scratch). A
+    modified file whose bsdiff would need more than memory_limit travels whole."""
     held = {e.checksum for e in old} | {e.dirmeta for e in old if e.dirmeta}
     metadata: dict[str, Item] = {}
     content: dict[str, Item] = {}
@@ -110,14 +120,20 @@ def plan_parts(old: Sequence[TreeEntry], new: Sequence[TreeEntry],
             content.setdefault(entry.checksum, Item(FILE, entry.checksum, entry.size,
                                                     path=entry.path))
     for new_checksum, (source, source_size) in _sources(old, new).items():
-        if new_checksum in content:
-            item = content[new_checksum]
+        item = content.get(new_checksum)
+        if item is not None and _bsdiff_fits(source_size, item.size, memory_limit):
             content[new_checksum] = Item(FILE, new_checksum, item.size, source, source_size,
                                          item.path)
     alone = [item for item in content.values() if item.size >= encoder.own_part_bytes]
     packed = [item for item in content.values() if item.size < encoder.own_part_bytes]
     return ([PartPlan((item,)) for item in alone] + _cut(list(metadata.values()), encoder)
             + _cut(packed, encoder))
+
+
+def _bsdiff_fits(old_size: int, new_size: int, memory_limit: int | None) -> bool:
+    if max(old_size, new_size) > BSDIFF_MAX_BYTES:
+        return False
+    return memory_limit is None or bsdiff_memory(old_size, new_size) <= memory_limit
 
 
 def _sources(old: Sequence[TreeEntry],

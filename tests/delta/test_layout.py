@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from builder.core.ostree import TreeEntry
-from builder.delta.layout import Encoder, Item, PartPlan, plan_parts
+from builder.delta.layout import Encoder, Item, PartPlan, bsdiff_memory, plan_parts
 from builder.delta.objects import DIRMETA, DIRTREE, FILE
 
 ENCODER = Encoder(own_part_bytes=1_000_000, part_target_bytes=50_000, part_max_bytes=200_000)
@@ -81,3 +81,12 @@ def test_a_part_s_identity_is_its_objects_and_the_encoder_settings() -> None:
 def test_the_superblock_lists_objects_as_type_byte_and_binary_checksum() -> None:
     part = PartPlan((Item(DIRTREE, "ab" * 32, 1), Item(FILE, "cd" * 32, 1)))
     assert part.objects() == bytes([DIRTREE]) + b"\xab" * 32 + bytes([FILE]) + b"\xcd" * 32
+
+
+def test_a_bsdiff_over_the_memory_limit_or_the_format_s_sizes_travels_whole() -> None:
+    old = [file("/usr/bin/tool", 3_000_000, "tool 1"), file("/huge.img", 1 << 31, "img 1")]
+    new = [file("/usr/bin/tool", 3_000_100, "tool 2"), file("/huge.img", 1 << 31, "img 2")]
+    assert kinds(plan_parts(old, new, ENCODER)) == {"/usr/bin/tool": "bsdiff",
+                                                    "/huge.img": "whole"}
+    tight = bsdiff_memory(3_000_000, 3_000_100) - 1
+    assert kinds(plan_parts(old, new, ENCODER, tight))["/usr/bin/tool"] == "whole"

@@ -147,13 +147,15 @@ def test_report_says_how_each_path_was_made(composed_pair: ComposedPair) -> None
     assert report["wall_seconds"] > 0
     for path in report["paths"]:
         assert path["fallback_objects"] == 0
-        assert path["knobs"]["min_fallback_size_mb"] == 0
-        assert path["knobs"]["max_chunk_size_mb"] == 32
+        assert path["knobs"]["generator"] == "builder" and path["knobs"]["xz_preset"] == 8
+        pieces = path["pieces"]
+        assert pieces["parts"] == path["delta_parts"] == \
+            pieces["cached"] + pieces["made"] + pieces["shared"]
         assert path["generated"] and path["generation_seconds"] > 0
-        assert path["peak_memory_bytes"] > 1024 * 1024  # ostree's own resident set at least
+        assert path["peak_memory_bytes"] > 1024 * 1024  # the compiler's resident set at least
         assert path["offline_bytes"] > path["delta_bytes"] * 0.9
     text = (report_dir(composed_pair.build_dir, composed_pair.ref) / "report.txt").read_text()
-    assert "peak memory" in text and "max_bsdiff_size_mb=" in text
+    assert "peak memory" in text and "builder: " in text and " parts from the cache, " in text
 
 
 @integration
