@@ -86,16 +86,29 @@ def test_matrices_build_every_profile_for_every_architecture() -> None:
 
 def test_step_cache_is_keyed_on_every_input() -> None:
     cache = next(s for s in load(GITHUB)["jobs"]["build"]["steps"]
-                 if str(s.get("uses", "")).startswith("actions/cache"))
-    assert cache["with"]["path"] == "build/.steps"
+                 if str(s.get("uses", "")).startswith("actions/cache")
+                 and s["with"]["path"] == "build/.steps")
     key = cache["with"]["key"]
     assert "matrix.arch" in key and "matrix.image" in key
     assert all(f"'{name}" in key for name in INPUTS), key
     gitlab = load(GITLAB)
-    assert gitlab["build"]["cache"] == {"key": "steps-$ARCH-$IMAGE-$INPUTS_HASH",
-                                        "paths": ["build/.steps/"]}
+    assert gitlab["build"]["cache"][0] == {"key": "steps-$ARCH-$IMAGE-$INPUTS_HASH",
+                                           "paths": ["build/.steps/"]}
     hashing = " ".join(gitlab["plan"]["script"])
     assert all(f" {name}" in hashing for name in INPUTS), hashing
+
+
+def test_delta_parts_are_cached_per_architecture_across_runs() -> None:
+    """Every image of an architecture shares the parts (the executable's bsdiff, the
+    images' layers), and a run restores the last run's: builder/delta/cache.py."""
+    steps = load(GITHUB)["jobs"]["build"]["steps"]
+    cache = next(s for s in steps if s.get("name") == "Delta part cache")
+    assert cache["with"]["path"] == "build/cache/delta-parts"
+    assert cache["with"]["restore-keys"].split() == ["delta-parts-${{", "matrix.arch",
+                                                     "}}-"]
+    assert steps.index(cache) < next(i for i, s in enumerate(steps) if s.get("name") == "Build")
+    assert {"key": "delta-parts-$ARCH", "paths": ["build/cache/delta-parts/"]} in \
+        load(GITLAB)["build"]["cache"]
 
 
 def test_setup_steps_are_only_installs() -> None:
