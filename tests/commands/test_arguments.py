@@ -16,6 +16,10 @@ from tests.support.cli import RELEASE, run_cli
     (["deltas", "--from-count", "-1"], "--from-count: must be 0 or more"),
     (["deltas", "--jobs", "0"], "--jobs: must be 1 or more"),
     (["deltas", "--memory-limit", "lots"], "--memory-limit: "),
+    (["deltas", "--delta-cache-size", "0"], "--delta-cache-size: '0' must be more than 0"),
+    (["deltas", "--image", "no-such-image"], "no image named 'no-such-image'"),
+    (["build-image", "--image", "microshift-full", "--image", "nope"], "no image named 'nope'"),
+    (["build-image", "--delta-cache-size", "lots"], "--delta-cache-size: "),
     (["publish", "--to", "/nonexistent/target", "--index-validity", "-1"],
      "--index-validity: -1 is out of range"),
 ])
@@ -42,3 +46,25 @@ def test_kickstart_and_installer_share_their_options() -> None:
     assert (inst.boot_iso, inst.storage, inst.image) == (Path("b.iso"), None, "x")
     with pytest.raises(SystemExit):
         parser.parse_args(["kickstart", "--image", "x", "--boot-iso", "b.iso"])
+
+
+def test_deltas_and_build_image_take_the_matrix_of_images() -> None:
+    """--image repeated or --all-images (every profile, in profiles.yaml's order), the
+    generator and the part cache's size."""
+    from builder.blueprint.render import load_profiles
+    from builder.cli import build_parser
+    from builder.commands.options import delta_cache_limit, selected_images
+
+    parser = build_parser()
+    every = parser.parse_args(["deltas", "--all-images"])
+    assert every.images is None and selected_images(every) == list(load_profiles())
+    two = parser.parse_args(["build-image", "--image", "microshift-minimal", "--image",
+                             "microshift-full", "--image", "microshift-minimal",
+                             "--delta-generator", "ostree", "--delta-cache-size", "2G"])
+    assert selected_images(two) == ["microshift-minimal", "microshift-full"]
+    assert (two.delta_generator, delta_cache_limit(two)) == ("ostree", 2 << 30)
+    default = parser.parse_args(["deltas"])
+    assert selected_images(default) == ["microshift-full"]
+    assert (default.delta_generator, delta_cache_limit(default)) == ("builder", None)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["deltas", "--all-images", "--ref", "a/b"])
