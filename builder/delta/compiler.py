@@ -25,7 +25,7 @@ from builder.delta.cache import CachedPart, PartCache
 from builder.delta.layout import Encoder, PartPlan, bsdiff_memory, plan_parts
 from builder.delta.objects import ArchiveObjects
 from builder.delta.parts import build_part
-from builder.delta.superblock import write_delta
+from builder.delta.superblock import remove_leftovers, write_delta
 
 PROCESS_BASE = 64 << 20
 XZ_MEMORY = 370 << 20          # liblzma's encoder at preset 8
@@ -92,6 +92,8 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
     """Write the delta of every request into its repository; one result per request."""
     encoder = encoder or Encoder()
     started = time.monotonic()
+    for repo in {request.repo for request in requests}:
+        remove_leftovers(repo)
     plans = _plan(requests, runner, encoder, ceiling)
     keys = [[plan.key(encoder) for plan in path] for path in plans]
     found: dict[str, CachedPart] = {}

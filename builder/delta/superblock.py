@@ -52,6 +52,16 @@ def superblock_bytes(objects: ArchiveObjects, from_commit: str | None, to_commit
     return gvariant.join(gvariant.encode(SUPERBLOCK_TYPE, value))
 
 
+WORK_PREFIX = "delta-"
+
+
+def remove_leftovers(repo: Path) -> None:
+    """Deltas a killed run was assembling in the repository's tmp/ (a run holds the build
+    directory's lock, so no other run is writing one)."""
+    for work in (repo / "tmp").glob(f"{WORK_PREFIX}*"):
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def write_delta(objects: ArchiveObjects, from_commit: str | None, to_commit: str,
                 parts: Sequence[tuple[PartPlan, CachedPart]]) -> Path:
     """The delta from_commit -> to_commit in the repository, replacing one there; returns
@@ -59,7 +69,7 @@ def write_delta(objects: ArchiveObjects, from_commit: str | None, to_commit: str
     repo = objects.repo
     final = delta_dir(repo, from_commit, to_commit)
     (repo / "tmp").mkdir(exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="delta-", dir=repo / "tmp"))
+    work = Path(tempfile.mkdtemp(prefix=WORK_PREFIX, dir=repo / "tmp"))
     try:
         for index, (_, cached) in enumerate(parts):
             _link(cached.path, work / str(index))

@@ -121,7 +121,11 @@ def test_a_damaged_cached_part_is_made_again(tiny: TinyDelta, tmp_path: Path) ->
     compile_tiny(tiny, tmp_path / "cache", scratch=False)
     parts = sorted((tmp_path / "cache").rglob("*.part"), key=lambda p: p.stat().st_size)
     parts[-1].unlink()  # the largest, as a partial CI cache restore would lose it
+    leftover = tiny.repo / "tmp" / "delta-killed"  # a killed run was assembling a delta
+    leftover.mkdir(parents=True)
+    (leftover / "0").write_bytes(b"half")
     [again] = compile_tiny(tiny, tmp_path / "cache", scratch=False)
+    assert not leftover.exists()
     assert (again.pieces.cached, again.pieces.made) == (again.pieces.parts - 1, 1)
     device = bare_repo(tmp_path / "device", tiny.repo, tiny.old)
     offline = write_offline_file(again.directory, tmp_path / "update.delta", None)
