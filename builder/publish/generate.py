@@ -110,26 +110,29 @@ def _ostree(ctx: Context, path: PathWork) -> Generated:
 
 def _builder(ctx: Context, missing: Sequence[PathWork], jobs: int, ceiling: int,
              cache_limit: int | None) -> dict[int, Generated]:
-    if not missing:
+    # Two refs whose histories hold the same commits need the same delta: made once.
+    unique = list({(p.plan.from_commit, p.head): p for p in missing}.values())
+    if not unique:
         return {}
     encoder = Encoder()
     compiled = compile_deltas([DeltaRequest(p.repo.path, p.plan.from_commit, p.head)
-                               for p in missing], ctx.runner, part_cache(ctx, cache_limit),
+                               for p in unique], ctx.runner, part_cache(ctx, cache_limit),
                               ctx.progress, jobs=jobs, ceiling=ceiling, encoder=encoder)
     # The compiler runs in this process: its peak is the process's (Linux: KiB).
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     knobs: dict[str, object] = {"generator": "builder", **encoder.identity(),
                                 "own_part_bytes": encoder.own_part_bytes,
                                 "part_target_bytes": encoder.part_target_bytes}
-    results = {}
-    for path, made in zip(missing, compiled, strict=True):
-        pieces = made.pieces
+    made: dict[tuple[str | None, str], Generated] = {}
+    for path, delta in zip(unique, compiled, strict=True):
+        pieces = delta.pieces
         how = (f"{pieces.parts} parts: {pieces.cached} from the cache, {pieces.made} made, "
                f"{pieces.shared} shared with other paths ({pieces.made_seconds:.1f}s of "
-               f"making), ready after {made.ready_seconds:.1f}s")
-        results[id(path)] = Generated(True, made.ready_seconds, peak, how, knobs,
-                                      {**asdict(pieces), "ready_seconds": made.ready_seconds})
-    return results
+               f"making), ready after {delta.ready_seconds:.1f}s")
+        made[path.plan.from_commit, path.head] = Generated(
+            True, delta.ready_seconds, peak, how, knobs,
+            {**asdict(pieces), "ready_seconds": delta.ready_seconds})
+    return {id(p): made[p.plan.from_commit, p.head] for p in missing}
 
 
 def run_parallel(work: Callable[[PathPlan], T], plans: Sequence[PathPlan], jobs: int,

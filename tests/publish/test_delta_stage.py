@@ -22,12 +22,18 @@ import pytest
 from builder.context import Context
 from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
-from builder.core.ostree import delta_dir
+from builder.core.ostree import Repo, delta_dir
 from builder.core.progress import Progress, human_bytes
 from builder.core.runner import Measured, Runner
 from builder.core.signing import signature_epoch
-from builder.publish.deltas import DeltaOptions, generate_deltas, resolve_ref
-from builder.publish.report import report_dir
+from builder.publish.deltas import (
+    DeltaOptions,
+    DeltaTarget,
+    generate_deltas,
+    generate_matrix,
+    resolve_ref,
+)
+from builder.publish.report import read_superblock, report_dir
 from tests.support.cli import RELEASE
 from tests.support.keys import ReleaseKey
 
@@ -421,3 +427,31 @@ def test_a_commit_whose_packages_cannot_be_read_costs_the_report_its_changes_onl
     assert report["changes"] == []
     assert (f"WARNING: the update report lists no package or image changes: commit "
             f"{head[:12]}: rpm cannot read its rpm database") in capfd.readouterr().err
+
+
+def test_the_refs_of_a_run_are_one_job_and_share_their_parts(tmp_path: Path) -> None:
+    """Two images whose update changes the same files: their parts are made once, for the
+    ref that needs them first, and the run's table says so."""
+    first = make_chain(tmp_path, 2)
+    other = Chain(first.build, [], "microshift/x86_64/other")
+    for _ in range(2):
+        other.grow("usr/share/other.bin")
+    ctx = first.ctx()
+    reports = generate_matrix(ctx, [DeltaTarget(ctx, first.ref), DeltaTarget(ctx, other.ref)],
+                              DeltaOptions(offline=False))
+    assert [(r.ref, r.to_commit) for r in reports] == [(first.ref, first.commits[-1]),
+                                                       (other.ref, other.commits[-1])]
+    mine, theirs = (r.paths[0].pieces for r in reports)
+    assert mine is not None and theirs is not None
+    assert mine["shared"] == 0 and theirs["shared"] >= 1  # the tool's bsdiff, made once
+    table = json.loads((first.build / "deltas" / "matrix.json").read_text())
+    assert [(p["ref"], p["from_commit"]) for p in table["paths"]] == [
+        (first.ref, first.commits[0]), (first.ref, None),
+        (other.ref, other.commits[0]), (other.ref, None)]
+    # Each part file the four deltas hold was made once.
+    repo = Repo(first.repo, Runner())
+    held = {header.checksum for report in reports for path in report.paths
+            for header in read_superblock(repo, path.from_commit, report.to_commit).parts}
+    assert len(held) == table["totals"]["parts_made"] < sum(p["parts"] for p in table["paths"])
+    for ref in (first.ref, other.ref):
+        assert (report_dir(first.build, ref) / "report.json").is_file()
