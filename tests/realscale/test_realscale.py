@@ -2,7 +2,7 @@
 520 MB of wheel-built image content, through the real chain (`nox -s realscale`).
 
 Runs only with MSEB_REALSCALE=1 (the nox session sets it): it composes real releases and
-takes from ~25 minutes (MSEB_REALSCALE_RELEASES=2, the adjacent pair alone, what CI runs)
+takes from ~20 minutes (MSEB_REALSCALE_RELEASES=2, the adjacent pair alone, what CI runs)
 to ~45 (4 releases: deltas from 3 previous commits) on 2 cores. Downloads and composes are
 cached under build/bench (MSEB_REALSCALE_OUT); deltas are always generated afresh.
 """
