@@ -52,6 +52,9 @@ _msb_bootstrap() {
     fi
     # shellcheck disable=SC1091  # made just above
     . .venv/bin/activate || return 1
+    # The project compiles one C extension when it is installed (builder/delta/_bsdiff.c:
+    # gcc, Python 3.11's headers, libdivsufsort): the host tools come first.
+    bash ci/install-host-tools.sh || return 1
     echo "bootstrap: installing nox and the project into .venv"
     python -m pip install --quiet --disable-pip-version-check nox -e . || return 1
     echo "bootstrap: in .venv ($(python --version)): pip, nox and python -m builder work in" \
