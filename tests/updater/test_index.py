@@ -323,3 +323,63 @@ def test_a_server_that_never_answers_times_out(silent_server: str) -> None:
     with pytest.raises(BuildError) as caught:
         fetch_small(f"{silent_server}/index.json", timeout=0.5)
     assert str(caught.value) == f"GET {silent_server}/index.json: timed out"
+
+
+def test_an_index_on_a_usb_stick_is_read_like_one_served(tmp_path: Path) -> None:
+    stick = tmp_path / "stick with space"
+    stick.mkdir()
+    (stick / "index.json").write_bytes(b"{}")
+    (stick / "huge").write_bytes(b"x" * (MAX_METADATA + 1))
+    (stick / "limit").write_bytes(b"y" * MAX_METADATA)
+    (stick / "a-directory").mkdir()
+    url = stick.as_uri()
+    fetched = fetch_small(f"{url}/index.json", timeout=5)
+    assert fetched is not None and (fetched.data, fetched.url) == (b"{}", f"{url}/index.json")
+    # A stick without an index is a missing index (the device falls back to a pull), not an
+    # error, as a 404 is.
+    assert fetch_small(f"{url}/missing", timeout=5) is None
+    limit = fetch_small(f"{url}/limit", timeout=5)
+    assert limit is not None and len(limit.data) == MAX_METADATA
+    with pytest.raises(UpdateRefused, match="huge is larger than"):
+        fetch_small(f"{url}/huge", timeout=5)
+    with pytest.raises(BuildError) as caught:
+        fetch_small(f"{url}/a-directory", timeout=5)
+    assert str(caught.value) == f"read {stick / 'a-directory'}: Is a directory"
+
+
+class Answering(Runner):
+    """gpg's verification answered with a given exit code and status lines (the tool-runner
+    seam: what real gpg prints in cases a test cannot make it reach)."""
+
+    def __init__(self, returncode: int, status: bytes) -> None:
+        super().__init__()
+        self.returncode, self.status = returncode, status
+
+    def run(self, argv: Any, **kwargs: Any) -> Any:
+        args = [str(a) for a in argv]
+        if "--verify" in args:
+            return subprocess.CompletedProcess(args, self.returncode, self.status, b"")
+        return super().run(argv, **kwargs)
+
+
+VALIDSIG = b"[GNUPG:] VALIDSIG " + b"A" * 40 + b" 2026-11-27 0 4 0 1 10 00 " + b"A" * 40 + b"\n"
+
+
+def test_gpg_failing_is_a_refusal_even_after_a_good_signature_line(
+        keys: tuple[Key, Key]) -> None:
+    release, _ = keys
+    with pytest.raises(UpdateRefused, match=r"\(no good signature\)"):
+        verify_signature(Answering(2, VALIDSIG), b"{}", release.sign(b"{}"), [release.public],
+                         WHAT)
+    assert verify_signature(Answering(0, VALIDSIG), b"{}", release.sign(b"{}"),
+                            [release.public], WHAT) == "A" * 40
+
+
+def test_a_status_line_that_is_not_utf8_does_not_hide_the_verdict(
+        keys: tuple[Key, Key]) -> None:
+    release, _ = keys
+    # gpg escapes what is not UTF-8 in its status lines; a gpg that did not (another build,
+    # a damaged line) must still be read, not crash the update.
+    status = b"[GNUPG:] GOODSIG " + b"A" * 16 + b" Ren\xe9 <r@example.com>\n" + VALIDSIG
+    assert verify_signature(Answering(0, status), b"{}", release.sign(b"{}"),
+                            [release.public], WHAT) == "A" * 40
