@@ -16,7 +16,9 @@ import pytest
 
 import tests.hypothesis_profiles  # noqa: F401  (registers and loads the profiles)
 from builder.core.children import gpg_agents
+from builder.core.runner import Runner
 from builder.core.signing import SigningKey
+from builder.device.sysroot import release_deployments
 from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE, build_release
 from tests.support.keys import ReleaseKey, make_release_key
@@ -89,6 +91,14 @@ def fingerprint(root: Path) -> list[tuple[str, int, int]]:
     return sorted((str(p.relative_to(root)), p.lstat().st_size, p.lstat().st_mtime_ns)
                   for p in root.rglob("*") if not p.is_dir()
                   and not any(part == "gpg" or part.startswith(".gpg") for part in p.parts))
+
+
+@pytest.fixture
+def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
+    """ostree makes deployment roots immutable; undo it so pytest can delete tmp_path (for
+    the tests that deploy into a simulated device's sysroot)."""
+    yield
+    release_deployments(tmp_path, Runner())
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,12 @@ from builder.core.runner import Runner
 from builder.device.commits import SAMPLE_REF, UpdatePair, build_sample_pair
 from builder.device.netlink import netns_unavailable_reason
 from builder.device.scenarios import SCENARIOS, SimOptions, run_scenario
-from builder.device.sysroot import Device, LinkOptions, release_deployments
+from builder.device.sysroot import Device, LinkOptions
 from tests.support import requires
 from tests.support.cli import RELEASE, run_cli
 from tests.support.ostree import ComposedPair
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("deletable_sysroots")]
 # Booting runs the component plugins in a network namespace with br-ex.
 BOOTS = requires.root_only("booting the simulated device makes a network namespace")
 
@@ -35,13 +34,6 @@ SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull"
 
 def make_ctx(build_dir: Path) -> Context:
     return Context(build_dir=build_dir, release_path=RELEASE, progress=Progress())
-
-
-@pytest.fixture(autouse=True)
-def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
-    """ostree makes deployment roots immutable; undo it so pytest can delete tmp_path."""
-    yield
-    release_deployments(tmp_path, Runner())
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from builder.core.signing import ensure_sample_key, sign_detached, stop_agent
 from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
-from builder.device.sysroot import release_deployments
 from builder.device.update import (
     STATUS,
     UpdateFailed,
@@ -43,11 +41,8 @@ from tests.device.site import (
 from tests.support import requires
 
 pytestmark = [pytest.mark.integration,
-              requires.root_only("booting the simulated device makes a network namespace")]
-@pytest.fixture(autouse=True)
-def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
-    yield
-    release_deployments(tmp_path, Runner())
+              requires.root_only("booting the simulated device makes a network namespace"),
+              pytest.mark.usefixtures("deletable_sysroots")]
 
 
 def test_only_the_delta_file_crosses_the_link_and_v2_is_staged(pair: UpdatePair,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.device.commits import UpdatePair
 from builder.device.health_server import Health
-from builder.device.sysroot import release_deployments
 from builder.rollout.admin import Signer, Site, advance, status
 from builder.rollout.store import Store
 from tests.rollout.fleet import (
@@ -40,13 +38,8 @@ from tests.rollout.fleet import (
 from tests.support import requires
 
 pytestmark = [pytest.mark.integration,
-              requires.root_only("booting the simulated devices makes network namespaces")]
-
-
-@pytest.fixture(autouse=True)
-def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
-    yield
-    release_deployments(tmp_path, Runner())
+              requires.root_only("booting the simulated devices makes network namespaces"),
+              pytest.mark.usefixtures("deletable_sysroots")]
 
 
 def _wave(fleet: list[FleetDevice], number: int) -> list[FleetDevice]:

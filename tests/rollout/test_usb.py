@@ -7,14 +7,12 @@ Integration tier: a simulated device (real ostree, GPG, openssl) and the shipped
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from builder.core.runner import Runner
 from builder.device.commits import UpdatePair
-from builder.device.sysroot import release_deployments
 from builder.rollout.admin import Signer, Site, advance, halt, open_wave, resume, status
 from builder.rollout.store import Store
 from builder.updater.verdicts import OUTBOX
@@ -31,13 +29,8 @@ from tests.support import requires
 from tests.support.cli import run_cli
 
 pytestmark = [pytest.mark.integration,
-              requires.root_only("booting the simulated device makes a network namespace")]
-
-
-@pytest.fixture(autouse=True)
-def deletable_sysroots(tmp_path: Path) -> Iterator[None]:
-    yield
-    release_deployments(tmp_path, Runner())
+              requires.root_only("booting the simulated device makes a network namespace"),
+              pytest.mark.usefixtures("deletable_sysroots")]
 
 
 def test_a_device_updating_from_a_usb_stick_follows_the_rollout(
