@@ -29,6 +29,15 @@ from builder.core.errors import BuildError, InputError
 
 
 def register(sub: Any) -> None:
+    _register_deltas(sub)
+    _register_apply_delta(sub)
+    _register_sbom(sub)
+    _register_diff(sub)
+    _register_publish(sub)
+    _register_pull_published(sub)
+
+
+def _register_deltas(sub: Any) -> None:
     deltas = sub.add_parser("deltas", help="static deltas to the newest commit, and a report")
     add_build_dir(deltas)
     add_validity_option(deltas)
@@ -54,6 +63,8 @@ def register(sub: Any) -> None:
     add_signing_options(deltas)
     deltas.set_defaults(func=cmd_deltas)
 
+
+def _register_apply_delta(sub: Any) -> None:
     apply = sub.add_parser("apply-delta",
                            help="check an offline delta file, then apply it to an ostree repo "
                                 "(USB updates)")
@@ -64,6 +75,8 @@ def register(sub: Any) -> None:
                             "keys (the device's update remote, added with --gpg-import)")
     apply.set_defaults(func=cmd_apply_delta)
 
+
+def _register_sbom(sub: Any) -> None:
     sbom = sub.add_parser("sbom", help="write the SPDX SBOM of an image's commit "
                                        "(DIR/sbom/NAME.spdx.json; NAME-ARCH.spdx.json "
                                        "for a release of several architectures)")
@@ -73,6 +86,8 @@ def register(sub: Any) -> None:
     sbom.add_argument("--ref", help="ostree ref of the commit (default: the image's ref)")
     sbom.set_defaults(func=cmd_sbom)
 
+
+def _register_diff(sub: Any) -> None:
     diff = sub.add_parser(
         "diff", help="what an update from one commit to another changes, and its size",
         description="Packages added, removed and changed, images changed (old and new "
@@ -86,6 +101,8 @@ def register(sub: Any) -> None:
                       help="output on stdout (default: text)")
     diff.set_defaults(func=cmd_diff)
 
+
+def _register_publish(sub: Any) -> None:
     publish = sub.add_parser(
         "publish", help="upload the ostree repository, SBOMs and update reports: objects "
                         "first, refs and summary last")
@@ -105,6 +122,8 @@ def register(sub: Any) -> None:
     add_signing_options(publish)
     publish.set_defaults(func=cmd_publish)
 
+
+def _register_pull_published(sub: Any) -> None:
     pull = sub.add_parser(
         "pull-published", help="mirror a ref's published history into DIR/ostree/repo, so "
                                "the next commit continues it and deltas start from it")

@@ -71,8 +71,9 @@ def _greenboot_units() -> dict[str, str]:
             for unit in GREENBOOT_UNITS}
 
 
-def stand_ins(arch: str) -> tuple[StandIn, ...]:
-    kver = f"{KERNEL_VERSION}.{arch}"
+def _libraries(arch: str) -> tuple[StandIn, ...]:
+    """The C and C++ runtimes, with the sonames and symbol versions that rpmbuild's
+    automatic Requires of a real executable ask for."""
     return (
         StandIn("glibc", provides=("rtld(GNU_HASH)",
                                    *_soname_provides((*GLIBC_LIBS, LOADERS[arch]), "GLIBC",
@@ -87,6 +88,13 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
                 files={"/usr/share/doc/libstdc++-sample/README": _text("libstdc++")}),
         StandIn("zlib", provides=_soname_provides(("libz.so.1",), "ZLIB", ZLIB_VERSIONS),
                 files={"/usr/share/doc/zlib-sample/README": _text("zlib")}),
+    )
+
+
+def stand_ins(arch: str) -> tuple[StandIn, ...]:
+    kver = f"{KERNEL_VERSION}.{arch}"
+    return (
+        *_libraries(arch),
         StandIn("filesystem", dirs=("/etc", "/usr/bin", "/usr/lib", "/usr/share", "/var")),
         StandIn("bash", provides=("/bin/sh", "/bin/bash", "/usr/bin/sh"),
                 files={"/usr/bin/bash": _text("bash")}),
