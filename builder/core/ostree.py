@@ -50,6 +50,17 @@ class TreeEntry:
     dirmeta: str | None = None
 
 
+def regular_files(entries: Sequence[TreeEntry]) -> list[TreeFile]:
+    """The regular files among a commit's entries, in their order."""
+    return [TreeFile(e.path, e.checksum, e.size, e.mode) for e in entries if e.kind == "-"]
+
+
+def repo_mode(path: Path) -> str:
+    """The repository's mode as its config names it (`bare` when it names none)."""
+    match = re.search(r"^mode\s*=\s*(\S+)", (path / "config").read_text(), re.M)
+    return match.group(1) if match else "bare"
+
+
 @dataclass(frozen=True)
 class TreeObjects:
     """Every object a commit's tree references, by kind (the commit object itself excluded)."""
@@ -133,8 +144,7 @@ class Repo:
         self._run("init", f"--mode={mode}")
 
     def mode(self) -> str:
-        match = re.search(r"^mode\s*=\s*(\S+)", (self.path / "config").read_text(), re.M)
-        return match.group(1) if match else "bare"
+        return repo_mode(self.path)
 
     def fsck(self) -> None:
         self._run("fsck")
@@ -298,8 +308,7 @@ class Repo:
 
     def files(self, commit: str) -> list[TreeFile]:
         """The commit's regular files (`ostree ls -R -C`), in tree order."""
-        return [TreeFile(e.path, e.checksum, e.size, e.mode) for e in self.entries(commit)
-                if e.kind == "-"]
+        return regular_files(self.entries(commit))
 
     # --- static deltas ----------------------------------------------------------------
     def delta_generate_argv(self, to_commit: str, from_commit: str | None,

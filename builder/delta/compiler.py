@@ -96,10 +96,11 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
         remove_leftovers(repo)
     plans = _plan(requests, runner, encoder, ceiling)
     keys = [[plan.key(encoder) for plan in path] for path in plans]
+    repos = {request.repo: ArchiveObjects(request.repo) for request in requests}
     found: dict[str, CachedPart] = {}
     tasks: dict[str, tuple[_Task, int]] = {}
     for index, (request, path) in enumerate(zip(requests, plans, strict=True)):
-        objects = ArchiveObjects(request.repo)
+        objects = repos[request.repo]
         for key, plan in zip(keys[index], path, strict=True):
             if key in found or key in tasks:
                 continue
@@ -117,7 +118,8 @@ def compile_deltas(requests: Sequence[DeltaRequest], runner: Runner, cache: Part
         for index, request in enumerate(requests):
             if index not in written and all(k in found or k in made for k in keys[index]):
                 written[index] = _write(request, plans[index], keys[index], found, made,
-                                        index=index, ready=time.monotonic() - started)
+                                        repo=repos[request.repo], index=index,
+                                        ready=time.monotonic() - started)
 
     on_ready({})
     _make(tasks, cache, encoder, progress, jobs=jobs, ceiling=ceiling, on_ready=on_ready)
@@ -189,12 +191,11 @@ def _report_made(progress: Progress, task: _Task, cached: CachedPart, seconds: f
 
 
 def _write(request: DeltaRequest, plans: list[PartPlan], keys: list[str],
-           found: dict[str, CachedPart], made: dict[str, _Made], *, index: int,
-           ready: float) -> CompiledDelta:
+           found: dict[str, CachedPart], made: dict[str, _Made], *, repo: ArchiveObjects,
+           index: int, ready: float) -> CompiledDelta:
     parts = [(plan, found[key] if key in found else made[key].cached)
              for plan, key in zip(plans, keys, strict=True)]
-    directory = write_delta(ArchiveObjects(request.repo), request.from_commit,
-                            request.to_commit, parts)
+    directory = write_delta(repo, request.from_commit, request.to_commit, parts)
     mine = {key for key in keys if key in made and made[key].first_for == index}
     others = {key for key in keys if key in made and made[key].first_for != index}
     objects: dict[str, int] = {}

@@ -27,7 +27,7 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from builder.core.ostree import TreeEntry, TreeFile
+from builder.core.ostree import TreeEntry, regular_files
 from builder.delta.bsdiff import SEGMENT_BYTES
 from builder.delta.objects import DIRMETA, DIRTREE, FILE
 from builder.delta.pairs import similar_pairs
@@ -141,10 +141,9 @@ def _sources(old: Sequence[TreeEntry],
     """new content checksum -> the old content object it is a bsdiff against, its size."""
     if not old:
         return {}
-    old_files = [TreeFile(e.path, e.checksum, e.size, e.mode) for e in old if e.kind == "-"]
-    new_files = [TreeFile(e.path, e.checksum, e.size, e.mode) for e in new if e.kind == "-"]
     return {pair.new.checksum: (pair.old.checksum, pair.old.size)
-            for pair in similar_pairs(old_files, new_files) if pair.old.mode & stat.S_IROTH}
+            for pair in similar_pairs(regular_files(old), regular_files(new))
+            if pair.old.mode & stat.S_IROTH}
 
 
 def _cut(items: list[Item], encoder: Encoder) -> list[PartPlan]:

@@ -11,7 +11,6 @@ serialized, so both are taken over byte for byte. Metadata objects (`.dirtree`,
 
 from __future__ import annotations
 
-import re
 import stat
 import zlib
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 from builder.core import gvariant
 from builder.core.errors import BuildError
 from builder.core.gvariant import GVariantError
-from builder.core.ostree import object_path
+from builder.core.ostree import object_path, repo_mode
 
 HEADER_TYPE = "(tuuuusa(ayay))"
 FILE, DIRTREE, DIRMETA, COMMIT = 1, 2, 3, 4
@@ -46,12 +45,11 @@ class ArchiveObjects:
     """Reads objects of one archive-mode repository (safe to share between threads)."""
 
     def __init__(self, repo: Path) -> None:
-        config = repo / "config"
-        if not config.is_file():
+        if not (repo / "config").is_file():
             raise BuildError(f"no ostree repository at {repo}")
-        mode = re.search(r"^mode\s*=\s*(\S+)", config.read_text(), re.M)
-        if not mode or mode.group(1) not in ("archive", "archive-z2"):
-            raise BuildError(f"{repo} is a {mode.group(1) if mode else 'bare'} repository; "
+        mode = repo_mode(repo)
+        if mode not in ("archive", "archive-z2"):
+            raise BuildError(f"{repo} is a {mode} repository; "
                              "static deltas are compiled from an archive repository")
         self.repo = repo
 

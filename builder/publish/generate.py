@@ -78,7 +78,8 @@ def generate_paths(ctx: Context, work: Sequence[PathWork], generator: str, *, jo
         if not (directory / "superblock").is_file():
             missing.append(path)
     if generator == "ostree":
-        made = run_parallel(lambda plan: _ostree(ctx, _work_of(work, plan)),
+        by_plan = {id(p.plan): p for p in missing}
+        made = run_parallel(lambda plan: _ostree(ctx, by_plan[id(plan)]),
                             [p.plan for p in missing], jobs, ceiling)
         by_path = {id(p): made[id(p.plan)] for p in missing}
     else:
@@ -90,10 +91,6 @@ def generate_paths(ctx: Context, work: Sequence[PathWork], generator: str, *, jo
             raise BuildError(f"delta {path.label} has {len(superblock.fallbacks)} fallback "
                              "objects although it was generated with --min-fallback-size=0")
     return results
-
-
-def _work_of(work: Sequence[PathWork], plan: PathPlan) -> PathWork:
-    return next(p for p in work if p.plan is plan)
 
 
 def _ostree(ctx: Context, path: PathWork) -> Generated:
