@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -270,9 +271,16 @@ def release_file(series: Series, index: int, cache: Path, work: Path) -> Path:
         layout = cache / "oci" / series.name / f"{name}-r{index + 1}"
         digest = write_image(layout, [fetch_wheel(w, cache) for w in wheels], epoch,
                              " + ".join(w.spec for w in wheels))
-        data["components"][component]["images"][name] = {
-            "ref": f"quay.io/microshift-bench/{name}@{digest}", "source": f"oci:{layout}"}
-    path = work / f"{series.name}-release-{index + 1}.yaml"
+        data["components"][component]["images"][name] = image_entry(name, digest, layout)
+    return write_release(work / f"{series.name}-release-{index + 1}.yaml", data)
+
+
+def image_entry(name: str, digest: str, layout: Path) -> dict[str, str]:
+    """release.yaml's entry of a bench image: its pinned ref, pulled from the local layout."""
+    return {"ref": f"quay.io/microshift-bench/{name}@{digest}", "source": f"oci:{layout}"}
+
+
+def write_release(path: Path, data: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

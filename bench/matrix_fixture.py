@@ -30,7 +30,9 @@ from bench.fixture import (
     _canonical,
     executable,
     fetch_wheel,
+    image_entry,
     write_layer,
+    write_release,
 )
 
 ARCHES = ("x86_64", "aarch64")
@@ -118,9 +120,5 @@ def matrix_release_file(series: Series, index: int, cache: Path, work: Path, *,
         digest = write_index_image(
             layout, {arch: [fetch_wheel(for_arch(w, arch), cache) for w in wheels]
                      for arch in ARCHES}, epoch, " + ".join(w.spec for w in wheels))
-        data["components"][component]["images"][name] = {
-            "ref": f"quay.io/microshift-bench/{name}@{digest}", "source": f"oci:{layout}"}
-    path = work / f"{series.name}-matrix-release-{index + 1}{tag}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+        data["components"][component]["images"][name] = image_entry(name, digest, layout)
+    return write_release(work / f"{series.name}-matrix-release-{index + 1}{tag}.yaml", data)
