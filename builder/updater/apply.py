@@ -13,9 +13,12 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from builder.core.errors import ToolError
+from builder.updater.children import repo_lock_holders
+from builder.updater.fetch import DeadlineReached, Patience, check_deadline
 from builder.updater.index import UpdateRefused
 from builder.updater.system import Booted, System
 
@@ -23,29 +26,50 @@ DEPLOYMENT_LINE = re.compile(r"^[* ] (?P<os>\S+) (?P<checksum>[0-9a-f]{64})\.\d+
 
 
 def apply_delta_file(system: System, delta: Path, commit: str, remote: str,
-                     keyrings: list[Path]) -> None:
+                     keyrings: list[Path], *, scratch: Path | None = None) -> None:
     try:
         system.ostree("static-delta", "apply-offline", str(delta))
     except ToolError as exc:
         raise UpdateRefused(f"{delta.name}: ostree could not apply it: "
-                            f"{_reason(exc)}") from exc
-    verify_commit(system, commit, remote, keyrings)
+                            f"{tool_reason(exc)}" + lock_note(system, exc)) from exc
+    verify_commit(system, commit, remote, keyrings, scratch)
 
 
-def pull(system: System, remote: str, ref: str, url: str | None = None) -> str:
+def pull(system: System, remote: str, ref: str, url: str | None = None, *,
+         patience: Patience | None = None) -> str:
     """`ostree pull REMOTE REF` (verified by ostree itself, with the remote's keys whatever
-    `url` the bytes come from); the commit it fetched."""
+    `url` the bytes come from), ended at the run's deadline; the commit it fetched."""
+    doing = f"pulling {remote}:{ref}"
+    left = patience.remaining() if patience else None
+    if patience is not None:
+        check_deadline(patience, doing)
     try:
-        system.ostree("pull", *([f"--url={url}"] if url else []), remote, ref)
+        system.ostree("pull", *([f"--url={url}"] if url else []), remote, ref,
+                      timeout=left)
     except ToolError as exc:
+        if exc.returncode == -1 and left is not None:
+            raise DeadlineReached(f"the run's deadline (run_deadline_seconds) passed while "
+                                  f"{doing}; ostree pull was stopped",
+                                  hint="the next run pulls again; objects already fetched "
+                                       "stay in the repository") from None
         # The status keeps one line: ostree's own reason (a bad summary signature, corrupt
         # data) is the one that tells the admin what happened.
-        raise UpdateRefused(f"ostree pull {remote}:{ref} failed: {_reason(exc)}",
+        raise UpdateRefused(f"ostree pull {remote}:{ref} failed: {tool_reason(exc)}"
+                            + lock_note(system, exc),
                             hint="the device keeps its commit") from exc
     return system.ostree("rev-parse", f"{remote}:{ref}").strip()
 
 
-def _reason(exc: ToolError) -> str:
+def lock_note(system: System, exc: ToolError) -> str:
+    """For a failure on the repository's lock: who holds it."""
+    if "lock" not in exc.stderr.lower():
+        return ""
+    holders = repo_lock_holders(system.repo)
+    return (f"; the repository's lock is held by {', '.join(holders)}" if holders
+            else "; no other process has the repository's lock open now")
+
+
+def tool_reason(exc: ToolError) -> str:
     """ostree's own reason on one line: its last `error:` message with the lines that
     continue it (a GPG failure goes on with "BAD signature from ..."), else its last line."""
     lines = [line.strip() for line in exc.stderr.strip().splitlines() if line.strip()]
@@ -56,8 +80,9 @@ def _reason(exc: ToolError) -> str:
     return "; ".join(reason).removeprefix("error: ")
 
 
-def verify_commit(system: System, commit: str, remote: str, keyrings: list[Path]) -> None:
-    scratch = Path(tempfile.mkdtemp(prefix="microshift-update-verify-"))
+def verify_commit(system: System, commit: str, remote: str, keyrings: list[Path],
+                  scratch_dir: Path | None = None) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="microshift-update-verify-", dir=scratch_dir))
     try:
         check = scratch / "repo"
         run = system.runner.run
@@ -92,14 +117,26 @@ def forget(system: System, commit: str) -> None:
     system.ostree("prune", f"--delete-commit={commit}", check=False)
 
 
-def stage(system: System, booted: Booted, remote: str, commit: str) -> None:
+def stage(system: System, booted: Booted, remote: str, commit: str,
+          log: Callable[[str], None]) -> None:
     """Point REMOTE:REF at the commit and deploy it: staged for shutdown on a device, written
-    at once under the simulation (ostree stages only on a booted system)."""
-    system.ostree("refs", f"--create={remote}:{booted.ref}", "--force", commit)
+    at once under the simulation (ostree stages only on a booted system). What counts is
+    what `ostree admin status` shows afterwards: a deploy that failed after making the
+    deployment the default (its cleanup could not take the repository's lock) staged it."""
     args = ["deploy", f"--os={booted.osname}", f"{remote}:{booted.ref}"]
     if system.is_host:
         args.insert(1, "--stage")
-    system.admin(*args)
+    try:
+        system.ostree("refs", f"--create={remote}:{booted.ref}", "--force", commit)
+        system.admin(*args)
+    except ToolError as exc:
+        words = [w for w in exc.argv[1:] if not w.startswith("-")][:2]
+        what = f"ostree {' '.join(words)} failed: {tool_reason(exc)}" + lock_note(system, exc)
+        if pending(system) != commit:
+            raise UpdateRefused(what, hint="nothing was staged; the next run tries again") \
+                from None
+        log(f"{what}; `ostree admin status` shows {commit[:12]} as the next deployment: "
+            "it is staged")
     if system.is_host:
         _start_finalize(system)
 
@@ -115,7 +152,7 @@ def _start_finalize(system: System) -> None:
     try:
         system.runner.run(["systemctl", "start", FINALIZE])
     except ToolError as exc:
-        raise UpdateRefused(f"systemctl start {FINALIZE} failed: {_reason(exc)}: the staged "
+        raise UpdateRefused(f"systemctl start {FINALIZE} failed: {tool_reason(exc)}: the staged "
                             "deployment would be dropped at shutdown",
                             hint=f"check `systemctl status {FINALIZE}`") from exc
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.schema import Fields, load_yaml
+from builder.updater.fetch import Patience
 
 CONFIG_PATH = Path("etc/microshift/update.yaml")
 WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]):([0-5][0-9])$")
@@ -29,6 +30,9 @@ LIMITS = {  # key: (default, minimum, maximum, allowed text)
     "retries": (10, 0, 1000, "0..1000 attempts after the first"),
     "retry_delay_seconds": (30, 0, 86400, "0..86400 seconds"),
     "timeout_seconds": (60, 1, 3600, "1..3600 seconds"),
+    "low_speed_bytes_per_second": (1000, 0, 10 * GIB,
+                                   "0 (only silence stalls) or bytes per second"),
+    "run_deadline_seconds": (4 * 3600, 60, 23 * 3600, "60..82800 seconds"),
 }
 
 
@@ -58,6 +62,8 @@ class UpdateConfig:
     retries: int = 10
     retry_delay_seconds: int = 30
     timeout_seconds: int = 60
+    low_speed_bytes_per_second: int = 1000
+    run_deadline_seconds: int = 4 * 3600
     reboot: bool = False
     maintenance_window: Window | None = None
     allow_downgrade: bool = False
@@ -66,6 +72,14 @@ class UpdateConfig:
 
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
+
+    def patience(self, deadline: float | None) -> Patience:
+        """The bounds of every request (builder/updater/fetch.py). Under a bandwidth cap the
+        low-speed bound is at most half the cap: the updater's own pacing is no stall."""
+        low = self.low_speed_bytes_per_second
+        if self.max_bytes_per_second:
+            low = min(low, self.max_bytes_per_second // 2)
+        return Patience(float(self.timeout_seconds), low, deadline)
 
 
 def load_update_config(path: Path) -> UpdateConfig:

@@ -17,13 +17,14 @@ import json
 import os
 import re
 import time
-import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from builder.core.errors import BuildError
+from builder.updater.fetch import DeadlineReached, Patience, Response, check_deadline, request
 from builder.updater.index import DeltaFile, UpdateRefused
 
 CHUNK = 64 * 1024
@@ -37,7 +38,7 @@ class Limits:
     bytes_per_second: int = 0   # 0: no cap
     retries: int = 10
     retry_delay: float = 30.0
-    timeout: float = 60.0
+    patience: Patience = field(default_factory=Patience)  # timeout, low speed, deadline
 
 
 @dataclass
@@ -66,13 +67,20 @@ class Download:
         """The complete, verified file (renamed from .part); raises after the retries."""
         self._prepare()
         attempt = 0
+        patience = self.limits.patience
         while True:
             have = self.part.stat().st_size
             if have >= self.delta.size:
                 break
+            check_deadline(patience, f"downloading {self.delta.file} ({have} of "
+                                     f"{self.delta.size} bytes staged)")
             try:
                 self._get(have)
-            except (OSError, http.client.HTTPException, urllib.error.URLError) as exc:
+            except DeadlineReached as exc:
+                staged = self.part.stat().st_size
+                raise DeadlineReached(f"{exc.message}; {staged} of {self.delta.size} bytes "
+                                      "staged", hint=exc.hint) from None
+            except (OSError, http.client.HTTPException) as exc:
                 attempt += 1
                 self.transfer.interruptions += 1
                 staged = self.part.stat().st_size
@@ -80,7 +88,9 @@ class Download:
                     raise BuildError(f"download of {self.delta.file} cut {attempt} times, "
                                      f"{staged} of {self.delta.size} bytes staged: {exc}",
                                      hint="the next run resumes from the last byte") from exc
-                time.sleep(min(self.limits.retry_delay * attempt, 600.0))
+                delay = min(self.limits.retry_delay * attempt, 600.0)
+                left = patience.remaining()
+                time.sleep(max(0.0, min(delay, left)) if left is not None else delay)
         return self._verified()
 
     def _prepare(self) -> None:
@@ -110,20 +120,28 @@ class Download:
             self.transfer.requests += 1
             with path.open("rb") as local:
                 local.seek(offset)
-                self._copy(local, offset)  # type: ignore[arg-type]
+                self._copy(local, offset)
             return
-        request = urllib.request.Request(self.url, headers={"Range": f"bytes={offset}-"})
         self.transfer.requests += 1
-        with urllib.request.urlopen(request, timeout=self.limits.timeout) as response:
+        with request(self.url, self.limits.patience,
+                     headers={"Range": f"bytes={offset}-"}) as response:
             if response.status == 200 and offset:
                 # The server ignored Range: take the whole body again from the start
                 # (_copy truncates the part at the offset it writes from).
                 self.transfer.restarts += 1
                 offset = 0
             elif response.status == 206:
-                self._check_range(response.headers.get("Content-Range", ""), offset)
+                self._check_range(response.header("Content-Range") or "", offset)
+            elif response.status >= 500:
+                # An overloaded or restarting server: a cut, tried again after a while.
+                raise ConnectionError(f"GET {self.url}: HTTP {response.status}")
             elif response.status != 200:
-                raise UpdateRefused(f"GET {self.url}: HTTP {response.status}")
+                # 404, 403, ...: asking again cannot help; the index names a file the
+                # server does not give.
+                raise UpdateRefused(f"GET {self.url}: HTTP {response.status} "
+                                    f"{response.reason}".rstrip(),
+                                    hint="the file the signed index names is not served; "
+                                         "the next run asks again")
             self._copy(response, offset)
 
     def _check_range(self, header: str, offset: int) -> None:
@@ -133,7 +151,7 @@ class Download:
             raise UpdateRefused(f"GET {self.url}: Content-Range {header!r} does not continue "
                                 f"byte {offset} of a {self.delta.size}-byte file")
 
-    def _copy(self, response: http.client.HTTPResponse, offset: int) -> None:
+    def _copy(self, response: Response | BinaryIO, offset: int) -> None:
         cap = self.limits.bytes_per_second
         chunk = min(CHUNK, max(1024, cap // 20)) if cap else CHUNK
         started, sent = time.monotonic(), 0
@@ -143,7 +161,8 @@ class Download:
             out.truncate()
             try:
                 while True:
-                    data = response.read(chunk)
+                    # Never past the next sync point: the part is fsynced every 4 MiB.
+                    data = response.read(min(chunk, SYNC_EVERY - unsynced))
                     if not data:
                         break
                     if offset + len(data) > self.delta.size:

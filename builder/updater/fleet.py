@@ -12,6 +12,7 @@ Device side: Python 3.9, standard library only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,8 +115,8 @@ class Fleet:
     def send(self) -> None:
         try:
             self._send()
-        except OSError as exc:   # the run's own outcome matters more than the report
-            self.log(f"verdicts not sent: {exc}")
+        except (OSError, BuildError) as exc:  # the run's own outcome matters more
+            self.log(f"verdicts not sent: {str(exc).splitlines()[0]}")
 
     def _send(self) -> None:
         url = self.config.collector_url
@@ -126,5 +127,7 @@ class Fleet:
             self.log(f"{len(pending)} verdicts wait in {self.outbox.dir} (no collector_url: "
                      "`rollout collect` takes them)")
             return
-        sent = self.outbox.send(url, float(self.config.timeout_seconds), self.log)
+        # Verdicts go out whatever the run did, also after its deadline: their own bound.
+        budget = time.monotonic() + max(60.0, 3.0 * self.config.timeout_seconds)
+        sent = self.outbox.send(url, self.config.patience(budget), self.log)
         self.log(f"collector {url} took {sent} of {len(pending)} verdicts")

@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.bounded_json import BadDocument, Doc
 from builder.updater.index import CHECKSUM, UpdateRefused, load_document
 from builder.updater.rollout import Rollout, parse_rollout
+from builder.updater.state import read_json, write_atomic
 
 TIMESTAMP = "timestamp.json"
 TIMESTAMP_SIGNATURE = "timestamp.json.sig"
@@ -63,21 +64,19 @@ def timestamp_for(ref: str, index: bytes, validity_seconds: int,
 
 
 def parse_timestamp(data: bytes, what: str) -> Timestamp:
-    document = load_document(data, TIMESTAMP_FORMAT, what)
-    ref, digest = document.get("ref"), document.get("index_sha256")
-    issued, expires = document.get("issued"), document.get("expires")
-    if not isinstance(ref, str) or not isinstance(digest, str) or not CHECKSUM.match(digest) \
-            or not isinstance(issued, int) or not isinstance(expires, int) \
-            or not _seconds(issued) or not _seconds(expires) or expires <= issued:
-        raise UpdateRefused(f"{what}: needs ref, index_sha256 (64 hex digits), and issued "
-                            "before expires (seconds since the epoch)")
-    rollout = document.get("rollout")
+    doc = load_document(data, TIMESTAMP_FORMAT, what)
+    try:
+        ref = doc.text("ref", max_length=1024)
+        digest = doc.text("index_sha256", pattern=CHECKSUM, allowed="a sha256 (64 hex digits)")
+        issued = doc.integer("issued", 0, 2 ** 40 - 1)
+        expires = doc.integer("expires", 0, 2 ** 40 - 1)
+        rollout = doc.child("rollout", required=False)
+    except BadDocument as exc:
+        raise UpdateRefused(str(exc)) from None
+    if expires <= issued:
+        raise UpdateRefused(f"{what}: expires is not after issued")
     return Timestamp(ref, digest, issued, expires,
-                     None if rollout is None else parse_rollout(rollout, what))
-
-
-def _seconds(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 40
+                     None if rollout is None else parse_rollout(rollout.data, what))
 
 
 def check_fresh(stamp: Timestamp, ref: str, index: bytes, *, accepted: Timestamp | None,
@@ -107,33 +106,35 @@ def date_text(seconds: int) -> str:
 
 
 class AcceptedFile:
-    """The newest statement the device accepted, per ref: what a replay is measured by."""
+    """The newest statement the device accepted, per ref: what a replay is measured by.
+    Damaged, it stops the updater (builder/updater/state.py): read as empty, a replayed
+    older statement would be accepted."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _all(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+    def read_all(self) -> dict[str, Timestamp]:
+        data = read_json(self.path, _accepted_document)
+        return {} if data is None else _accepted_document(data)
 
     def get(self, ref: str) -> Timestamp | None:
-        entry = self._all().get(ref)
-        if not isinstance(entry, dict):
-            return None
-        try:
-            return Timestamp(ref, str(entry["index_sha256"]), int(entry["issued"]),
-                             int(entry["expires"]))
-        except (KeyError, TypeError, ValueError):
-            return None
+        return self.read_all().get(ref)
 
     def put(self, stamp: Timestamp) -> None:
-        entries = self._all()
+        entries = {ref: {"index_sha256": old.index_sha256, "issued": old.issued,
+                         "expires": old.expires} for ref, old in self.read_all().items()}
         entries[stamp.ref] = {"index_sha256": stamp.index_sha256, "issued": stamp.issued,
                               "expires": stamp.expires}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".new")
-        tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(entries, indent=2, sort_keys=True) + "\n")
+
+
+def _accepted_document(data: Any) -> dict[str, Timestamp]:
+    top = Doc(data, ACCEPTED)
+    found: dict[str, Timestamp] = {}
+    for ref in top.data:
+        entry = top.child(ref)
+        assert entry is not None
+        found[ref] = Timestamp(ref, entry.text("index_sha256", pattern=CHECKSUM),
+                               entry.integer("issued", 0, 2 ** 40),
+                               entry.integer("expires", 0, 2 ** 40))
+    return found

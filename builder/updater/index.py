@@ -13,18 +13,20 @@ remote verifies commits with; gpg runs in a throwaway home holding just those ke
 
 from __future__ import annotations
 
-import json
+import http.client
 import re
 import shutil
 import tempfile
-import urllib.error
+import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.bounded_json import BadDocument, Doc, parse
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
+from builder.updater.fetch import Patience, request
 
 INDEX = "index.json"
 SIGNATURE = "index.json.sig"
@@ -64,20 +66,19 @@ class Fetched:
     url: str
 
 
-def fetch_small(url: str, timeout: float) -> Fetched | None:
+def fetch_small(url: str, patience: Patience) -> Fetched | None:
     """GET a metadata file whole; None when the server has no such file (404)."""
     if url.startswith("file://"):
         return _read_local(url)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            data = response.read(MAX_METADATA + 1)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return None
-        raise BuildError(f"GET {url}: HTTP {exc.code} {exc.reason}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BuildError(f"GET {url}: {reason}") from exc
+        with request(url, patience) as response:
+            if response.status == 404:
+                return None
+            if response.status != 200:
+                raise BuildError(f"GET {url}: HTTP {response.status} {response.reason}")
+            data = response.read_all(MAX_METADATA)
+    except (OSError, http.client.HTTPException) as exc:
+        raise BuildError(f"GET {url}: {exc}") from exc
     if len(data) > MAX_METADATA:
         raise UpdateRefused(f"{url} is larger than {MAX_METADATA} bytes: not an update index")
     return Fetched(data, url)
@@ -99,23 +100,28 @@ def _read_local(url: str) -> Fetched | None:
 
 
 def verify_signature(runner: Runner, data: bytes, signature: bytes, keyrings: list[Path],
-                     what: str) -> str:
-    """The fingerprint of the key whose good signature `signature` is over `data`."""
+                     what: str, *, scratch: Path | None = None) -> str:
+    """The fingerprint of the key whose good signature `signature` is over `data`. The
+    throwaway GnuPG home is made under `scratch` (the updater's own temporary directory,
+    emptied at every run's start, so that a killed run leaves nothing for long); gpg runs
+    with --no-autostart: verifying needs no agent, and an agent's sockets are what kept
+    homes from being removed."""
     if not keyrings:
         raise UpdateRefused(f"{what}: no keys to verify its signature with")
-    home = Path(tempfile.mkdtemp(prefix="microshift-update-gpg-"))
+    home = Path(tempfile.mkdtemp(prefix="microshift-update-gpg-", dir=scratch))
     try:
         home.chmod(0o700)
         (home / "data").write_bytes(data)
         (home / "data.sig").write_bytes(signature)
-        gpg = ["gpg", "--homedir", str(home), "--batch", "--no-tty", "--quiet"]
+        gpg = ["gpg", "--homedir", str(home), "--batch", "--no-tty", "--quiet",
+               "--no-autostart"]
         for keyring in keyrings:
             runner.run([*gpg, "--import", str(keyring)], check=False)
         proc = runner.run([*gpg, "--status-fd", "1", "--verify", str(home / "data.sig"),
                            str(home / "data")], check=False)
     finally:
         runner.run(["gpgconf", "--homedir", str(home), "--kill", "all"], check=False)
-        shutil.rmtree(home, ignore_errors=True)
+        remove_tree(home)
     status = proc.stdout.decode(errors="replace").splitlines()
     valid = [line.split()[2] for line in status if line.startswith("[GNUPG:] VALIDSIG ")]
     bad = [line for line in status if line.split()[1:2] and line.split()[1] in
@@ -128,46 +134,53 @@ def verify_signature(runner: Runner, data: bytes, signature: bytes, keyrings: li
     return valid[0]
 
 
-def load_document(data: bytes, fmt: str, what: str) -> dict[str, Any]:
+def remove_tree(path: Path) -> None:
+    """rmtree that tries again once: an agent that was still going away may have removed
+    (or made) a socket in it while the first pass ran."""
+    for _ in range(2):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.2)
+
+
+def load_document(data: bytes, fmt: str, what: str) -> Doc:
     """A published JSON document of the given `format`, or refused naming what it is not."""
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise UpdateRefused(f"{what}: not a JSON document ({exc})") from exc
-    if not isinstance(document, dict) or document.get("format") != fmt:
-        raise UpdateRefused(f"{what}: format is not {fmt}")
-    return document
+        doc = Doc(parse(data, what, limit=MAX_METADATA), what)
+        doc.equals("format", fmt, fmt)
+    except BadDocument as exc:
+        raise UpdateRefused(str(exc)) from None
+    return doc
 
 
 def parse_index(data: bytes, ref: str, what: str) -> Index:
-    document = load_document(data, INDEX_FORMAT, what)
-    if document.get("ref") != ref:
-        raise UpdateRefused(f"{what}: lists ref {document.get('ref')!r}, the device tracks "
-                            f"{ref!r}")
-    to_commit = document.get("to_commit")
-    if not isinstance(to_commit, str) or not CHECKSUM.match(to_commit):
-        raise UpdateRefused(f"{what}: to_commit is not a commit checksum")
-    files = document.get("files")
-    if not isinstance(files, list):
-        raise UpdateRefused(f"{what}: files is not a list")
-    version = document.get("to_version")
-    return Index(ref, to_commit, version if isinstance(version, str) else None,
-                 tuple(_delta_file(entry, to_commit, what) for entry in files))
+    doc = load_document(data, INDEX_FORMAT, what)
+    try:
+        listed = doc.text("ref", max_length=1024)
+        if listed != ref:
+            raise UpdateRefused(f"{what}: lists ref {listed!r}, the device tracks {ref!r}")
+        to_commit = doc.text("to_commit", pattern=CHECKSUM, allowed="a commit checksum "
+                             "(64 hex digits)")
+        version = doc.text("to_version", required=False, max_length=256,
+                           allowed="a string or null")
+        files = doc.array("files")
+        return Index(ref, to_commit, version,
+                     tuple(_delta_file(entry, to_commit, what, n)
+                           for n, entry in enumerate(files)))
+    except BadDocument as exc:
+        raise UpdateRefused(str(exc)) from None
 
 
-def _delta_file(entry: Any, to_commit: str, what: str) -> DeltaFile:
-    ok = isinstance(entry, dict) and isinstance(entry.get("file"), str) \
-        and FILE_NAME.match(entry["file"]) is not None and entry.get("to_commit") == to_commit \
-        and (entry.get("from_commit") is None or (isinstance(entry.get("from_commit"), str)
-                                                   and CHECKSUM.match(entry["from_commit"])))\
-        and isinstance(entry.get("bytes"), int) and not isinstance(entry.get("bytes"), bool) \
-        and entry["bytes"] > 0 and isinstance(entry.get("sha256"), str) \
-        and CHECKSUM.match(entry["sha256"]) is not None
-    if not ok:
-        raise UpdateRefused(f"{what}: a files entry is not a delta file to {to_commit[:12]} "
-                            "with file, from_commit, to_commit, bytes and sha256")
-    expected = f"{entry['from_commit'] or 'empty'}-{to_commit}.delta"
-    if entry["file"] != expected:
-        raise UpdateRefused(f"{what}: file {entry['file']!r} should be named {expected}")
-    return DeltaFile(entry["file"], entry["from_commit"], to_commit, entry["bytes"],
-                     entry["sha256"])
+def _delta_file(entry: Any, to_commit: str, what: str, number: int) -> DeltaFile:
+    doc = Doc(entry, what, f"files[{number}]")
+    name = doc.text("file", pattern=FILE_NAME, allowed="FROM-TO.delta")
+    source = doc.text("from_commit", required=False, pattern=CHECKSUM,
+                      allowed="a commit checksum or null")
+    doc.equals("to_commit", to_commit, f"the index's to_commit {to_commit[:12]}")
+    size = doc.integer("bytes", 1, 2 ** 50)
+    digest = doc.text("sha256", pattern=CHECKSUM, allowed="a sha256 (64 hex digits)")
+    expected = f"{source or 'empty'}-{to_commit}.delta"
+    if name != expected:
+        raise UpdateRefused(f"{what}: file {name!r} should be named {expected}")
+    return DeltaFile(name, source, to_commit, size, digest)

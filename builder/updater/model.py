@@ -46,6 +46,8 @@ class UpdateDocument(Model):
     retries: int = _limit("retries")
     retry_delay_seconds: int = _limit("retry_delay_seconds")
     timeout_seconds: int = _limit("timeout_seconds")
+    low_speed_bytes_per_second: int = _limit("low_speed_bytes_per_second")
+    run_deadline_seconds: int = _limit("run_deadline_seconds")
     reboot: bool = False
     maintenance_window: str = Field("", pattern=f"{WINDOW_RE.pattern}|^$", description=(
         "HH:MM-HH:MM in local time (may wrap past midnight), start and end differ; empty: "

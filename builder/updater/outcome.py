@@ -21,14 +21,18 @@ Device side: Python 3.9, standard library only.
 from __future__ import annotations
 
 import json
-import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.core.bounded_json import Doc
+from builder.updater.state import read_json, write_atomic
+
 OUTCOME = "outcome.json"
 FAILURE_LOG = "run/microshift-greenboot/healthcheck-failure.log"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
+VERDICT = re.compile(r"^(|green|rolled-back)$")
 
 
 @dataclass
@@ -57,21 +61,30 @@ class OutcomeFile:
         self.path = state / OUTCOME
 
     def read(self) -> Outcome | None:
-        try:
-            data = json.loads(self.path.read_text())
-            return Outcome(**{k: v for k, v in data.items()
-                              if k in Outcome.__dataclass_fields__})
-        except (OSError, ValueError, TypeError):
-            return None
+        """None when nothing of a rollout is staged; DamagedState for a file that does not
+        hold an outcome (builder/updater/state.py)."""
+        data = read_json(self.path, _outcome_document)
+        return None if data is None else _outcome_document(data)
 
     def write(self, outcome: Outcome) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(OUTCOME + ".new")
-        tmp.write_text(json.dumps(asdict(outcome), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(asdict(outcome), indent=2, sort_keys=True) + "\n")
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def _outcome_document(data: Any) -> Outcome:
+    doc = Doc(data, OUTCOME)
+    text = {name: doc.text(name, max_length=1024) for name in
+            ("ref", "rollout", "target", "target_version", "from_commit", "from_version")}
+    boots = []
+    for number, entry in enumerate(doc.array("red_boots", required=False, max_items=1000)):
+        boot = Doc(entry, OUTCOME, f"red_boots[{number}]")
+        boots.append({"boot": boot.text("boot", max_length=256),
+                      "check": boot.text("check", max_length=1024)})
+    verdict = doc.text("verdict", required=False, default="", pattern=VERDICT,
+                       allowed="'', green or rolled-back")
+    return Outcome(wave=doc.integer("wave", 0, 1000), red_boots=boots, verdict=verdict, **text)
 
 
 def note(outcome: Outcome, kind: str, root: Path, booted: str, pending: str | None) -> bool:

@@ -1,11 +1,15 @@
-"""A bandwidth cap for `ostree pull`: a relay on 127.0.0.1 that forwards to the remote.
+"""A bandwidth cap and request bounds for `ostree pull`: a relay on 127.0.0.1 that
+forwards to the remote.
 
 ostree has no rate limit of its own, and the fallback pull (no delta file from the booted
 commit) can move far more than a delta, so the cap of update.yaml must hold there too. The
 updater runs `ostree pull --url=http://127.0.0.1:PORT/ REMOTE REF`: ostree still verifies
 every object and the commit's GPG signature with the remote's keys (the URL changes where
 bytes come from, not what is trusted), and every byte it receives passes one token bucket
-shared by all of ostree's concurrent requests.
+shared by all of ostree's concurrent requests. Without a cap the relay still carries the
+pull: each request towards the remote is bounded as every other request of the updater is
+(builder/updater/fetch.py: timeout, low speed, the run's deadline), so a delta part served
+a byte at a time is cut (ostree then retries it) instead of holding the device.
 
 Towards the remote the relay keeps connections alive (one TCP and TLS handshake per
 connection, not per object: on LTE a handshake costs a round trip or three), honours the
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.core.http_thread import ServedInThread
+from builder.updater.fetch import Patience, Stalled, Watch
 
 CHUNK = 64 * 1024
 MAX_REDIRECTS = 5
@@ -37,17 +42,20 @@ REDIRECTS = (301, 302, 303, 307, 308)
 
 
 class Bucket:
-    """At most `rate` bytes per second, whichever thread takes them. Each take reserves the
-    next free slot of count/rate seconds; time left idle is not saved up for a burst."""
+    """At most `rate` bytes per second, whichever thread takes them (0: no cap). Each take
+    reserves the next free slot of count/rate seconds; time left idle is not saved up for
+    a burst."""
 
     def __init__(self, rate: int) -> None:
         self.rate = rate
-        self.chunk = min(CHUNK, max(1024, rate // 20))
+        self.chunk = min(CHUNK, max(1024, rate // 20)) if rate else CHUNK
         self.lock = threading.Lock()
         self.free_at = time.monotonic()
 
     def take(self, count: int) -> None:
         """Wait until `count` bytes may be sent."""
+        if not self.rate:
+            return
         with self.lock:
             now = time.monotonic()
             start = max(self.free_at, now)
@@ -82,10 +90,11 @@ class OutsideRepository(Exception):
 class Upstream:
     """Kept-alive connections to the remote's host."""
 
-    def __init__(self, base: str, tls: Tls, timeout: float) -> None:
+    def __init__(self, base: str, tls: Tls, patience: Patience) -> None:
         self.base = base if base.endswith("/") else base + "/"
         self.tls = tls
-        self.timeout = timeout
+        self.patience = patience
+        self.timeout = patience.timeout
         self.idle: queue.LifoQueue[http.client.HTTPConnection] = queue.LifoQueue(POOL)
 
     def connect(self, url: str) -> http.client.HTTPConnection:
@@ -96,9 +105,10 @@ class Upstream:
         return http.client.HTTPConnection(parts.netloc, timeout=self.timeout)
 
     def open(self, path: str, headers: dict[str, str]
-             ) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection | None]:
+             ) -> tuple[http.client.HTTPResponse, http.client.HTTPConnection | None, Watch]:
         """The remote's response to GET base+path, redirects followed; the connection to
-        give back once the body is read (None: not the remote's host, close it)."""
+        give back once the body is read (None: not the remote's host, close it), and the
+        watchdog of the body (stop it when done)."""
         url = urllib.parse.urljoin(self.base, path.lstrip("/"))
         segments = urllib.parse.unquote(urllib.parse.urlsplit(url).path).split("/")
         if not url.startswith(self.base) or ".." in segments:
@@ -106,12 +116,22 @@ class Upstream:
             raise OutsideRepository(path)
         for _ in range(MAX_REDIRECTS + 1):
             own = _origin(url) == _origin(self.base)
-            connection, response = self._request(url, headers, own)
+            watch = Watch(url, self.patience)
+            try:
+                connection, response = self._request(url, headers, own, watch)
+            except (OSError, http.client.HTTPException) as exc:
+                watch.stop()
+                raise watch.failure(exc) from None
+            except BaseException:
+                watch.stop()
+                raise
+            watch.body()
             if response.status not in REDIRECTS:
-                return response, connection if own else None
+                return response, connection if own else None, watch
             location = response.getheader("Location") or ""
-            response.read()
-            if own and not response.will_close:
+            response.read(64 * 1024)
+            watch.stop()
+            if own and not response.will_close and response.isclosed():
                 self.give_back(connection)
             else:
                 connection.close()
@@ -120,7 +140,7 @@ class Upstream:
                 raise http.client.HTTPException(f"redirect to {url!r}")
         raise http.client.HTTPException(f"more than {MAX_REDIRECTS} redirects from {path}")
 
-    def _request(self, url: str, headers: dict[str, str], own: bool
+    def _request(self, url: str, headers: dict[str, str], own: bool, watch: Watch
                  ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         target = urllib.parse.urlsplit(url)
         selector = urllib.parse.urlunsplit(("", "", target.path or "/", target.query, ""))
@@ -128,6 +148,9 @@ class Upstream:
             kept = self._take() if own else None
             connection = kept or self.connect(url)
             try:
+                if connection.sock is None:
+                    connection.connect()
+                watch.attach(connection.sock)
                 connection.request("GET", selector, headers=headers)
                 return connection, connection.getresponse()
             except (OSError, http.client.HTTPException):
@@ -160,11 +183,11 @@ def _origin(url: str) -> tuple[str, str]:
 class Relay:
     """`with Relay(url, rate) as relay: ostree pull --url=relay.url ...`"""
 
-    def __init__(self, upstream: str, rate: int, tls: Tls = Tls(), timeout: float = 60.0
-                 ) -> None:
-        if rate <= 0:
-            raise ValueError(f"a relay needs a positive rate, got {rate}")
-        self.upstream = Upstream(upstream, tls, timeout)
+    def __init__(self, upstream: str, rate: int, tls: Tls = Tls(),
+                 patience: Patience | None = None) -> None:
+        if rate < 0:
+            raise ValueError(f"a relay needs a rate of 0 (no cap) or more, got {rate}")
+        self.upstream = Upstream(upstream, tls, patience or Patience())
         self.bucket = Bucket(rate)
         self.lock = threading.Lock()
         self.received = 0   # body bytes from the remote
@@ -201,17 +224,22 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
             headers = {k: v for k in FORWARDED if (v := self.headers.get(k)) is not None}
             relay.count(0, 1)
             try:
-                response, connection = relay.upstream.open(self.path, headers)
+                response, connection, watch = relay.upstream.open(self.path, headers)
             except OutsideRepository as exc:
                 self.send_error(403, f"not in the remote's repository: {exc}")
                 return
             except (OSError, http.client.HTTPException) as exc:
-                self.send_error(502, f"no answer from the remote to relay: {exc}")
+                # A gateway timeout tells ostree to try again, as a cut does.
+                code = 504 if isinstance(exc, Stalled) else 502
+                self.send_error(code, f"no answer from the remote to relay: {exc}")
                 return
-            self._relay(response, connection)
+            try:
+                self._relay(response, connection, watch)
+            finally:
+                watch.stop()
 
         def _relay(self, response: http.client.HTTPResponse,
-                   connection: http.client.HTTPConnection | None) -> None:
+                   connection: http.client.HTTPConnection | None, watch: Watch) -> None:
             self.send_response(response.status, response.reason)
             for name in RELAYED:
                 value = response.getheader(name)
@@ -219,10 +247,12 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
                     self.send_header(name, value)
             self.end_headers()
             try:
-                while data := response.read(relay.bucket.chunk):
+                while data := _read_some(response, relay.bucket.chunk):
+                    watch.progress(len(data))
                     if response.isclosed():
                         # The whole body is in hand: the connection serves the next request
                         # while this one's last chunk waits for the cap and goes out.
+                        watch.stop()
                         _give_back(relay, response, connection)
                         connection = None
                     relay.count(len(data))
@@ -240,6 +270,16 @@ def _handler(relay: Relay) -> type[http.server.BaseHTTPRequestHandler]:
             pass  # the updater logs the pull as one step; ostree reports its own errors
 
     return Handler
+
+
+def _read_some(response: http.client.HTTPResponse, size: int) -> bytes:
+    """What has arrived of the body, at most `size` bytes (read1: a dribbling remote is seen
+    byte by byte, not after `size` of them). read1 does not mark a body read to its end as
+    done, which the connection needs before it serves another request: read() does."""
+    data = response.read1(size)
+    if response.length == 0 and not response.isclosed():
+        response.read()
+    return data
 
 
 def _give_back(relay: Relay, response: http.client.HTTPResponse,

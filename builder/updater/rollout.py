@@ -25,14 +25,16 @@ Device side: Python 3.9, standard library only.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from builder.core.bounded_json import BadDocument, Doc
 from builder.updater.index import CHECKSUM, UpdateRefused
 
 STATES = ("active", "halted", "complete")
+STATE_RE = re.compile(f"^({'|'.join(STATES)})$")
+MAX_WAVES = 100
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 PLACE_SCALE = 2 ** 64
@@ -112,53 +114,36 @@ def hold_reason(rollout: Rollout, wave: int) -> str | None:
 
 def parse_rollout(data: Any, what: str) -> Rollout:
     """The `rollout` of a statement, checked field by field; UpdateRefused naming the field."""
-    if not isinstance(data, dict):
-        raise UpdateRefused(f"{what}: rollout is not an object")
-    rollout_id, commit = data.get("id"), data.get("commit")
-    state, reason, waves = data.get("state"), data.get("reason", ""), data.get("waves")
-    if not isinstance(rollout_id, str) or not ID_RE.match(rollout_id):
-        raise UpdateRefused(f"{what}: rollout.id is not a rollout id (letters, digits, '.', "
-                            "'_', '-', at most 64)")
-    if not isinstance(commit, str) or not CHECKSUM.match(commit):
-        raise UpdateRefused(f"{what}: rollout.commit is not a commit checksum")
-    if state not in STATES or not isinstance(reason, str):
-        raise UpdateRefused(f"{what}: rollout.state is not one of {', '.join(STATES)}")
-    if not isinstance(waves, list) or not waves:
-        raise UpdateRefused(f"{what}: rollout.waves is not a non-empty list")
-    parsed = tuple(parse_wave(wave, f"{what}: rollout.waves[{n}]")
-                   for n, wave in enumerate(waves))
+    try:
+        doc = Doc(data, what, "rollout")
+        rollout_id = doc.text("id", pattern=ID_RE, allowed="a rollout id (letters, digits, "
+                              "'.', '_', '-', at most 64)")
+        commit = doc.text("commit", pattern=CHECKSUM, allowed="a commit checksum")
+        state = doc.text("state", pattern=STATE_RE, allowed=", ".join(STATES))
+        reason = doc.text("reason", required=False, default="", max_length=1024)
+        waves = doc.array("waves", max_items=MAX_WAVES)
+        if not waves:
+            raise doc.fail("waves", "is empty; allowed: at least one wave")
+        parsed = tuple(parse_wave(Doc(wave, what, f"rollout.waves[{n}]"))
+                       for n, wave in enumerate(waves))
+    except BadDocument as exc:
+        raise UpdateRefused(str(exc)) from None
     if parsed[-1].percent != 100 or parsed[-1].labels:
         raise UpdateRefused(f"{what}: the last rollout wave is not 100%")
     return Rollout(rollout_id, commit, state, reason, parsed)
 
 
-def parse_wave(data: Any, what: str) -> Wave:
-    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
-        raise UpdateRefused(f"{what}: not a wave with a name")
-    percent, labels = data.get("percent"), data.get("labels") or {}
-    if not isinstance(labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) and LABEL_RE.match(k) and LABEL_RE.match(v)
-            for k, v in labels.items()):
-        raise UpdateRefused(f"{what}: labels is not a map of label names to values")
+def parse_wave(doc: Doc) -> Wave:
+    name = doc.text("name", max_length=256)
+    labels = doc.mapping("labels", LABEL_RE.match, "a map of label names to values "
+                         "(letters, digits, '.', '_', '/', '-')")
+    percent = doc.number("percent", 0, 100, required=False)
     if (percent is None) == (not labels):
-        raise UpdateRefused(f"{what}: needs either percent or labels")
-    if percent is not None and (not _number(percent) or not 0 < percent <= 100):
-        raise UpdateRefused(f"{what}: percent is not a number in (0, 100]")
-    soak, opened = data.get("soak_seconds", 0), data.get("opened")
-    success, halt = data.get("success_threshold", 100), data.get("halt_threshold", 0)
-    if not _seconds(soak) or (opened is not None and not _seconds(opened)):
-        raise UpdateRefused(f"{what}: soak_seconds and opened are whole seconds")
-    if not _number(success) or not _number(halt) or not 0 <= success <= 100 \
-            or not 0 <= halt <= 100:
-        raise UpdateRefused(f"{what}: success_threshold and halt_threshold are percentages")
-    return Wave(data["name"], None if percent is None else float(percent),
-                tuple(sorted(labels.items())), soak, float(success), float(halt), opened)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
-        and not math.isnan(value)
-
-
-def _seconds(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 40
+        raise doc.fail("percent", "and labels: one of them is needed, not both")
+    if percent is not None and percent <= 0:
+        raise doc.fail("percent", f"is {percent:g}; allowed: a number in (0, 100]")
+    soak = doc.integer("soak_seconds", 0, 2 ** 40 - 1, required=False, default=0)
+    opened = doc.integer("opened", 0, 2 ** 40 - 1, required=False)
+    success = doc.number("success_threshold", 0, 100, required=False, default=100.0)
+    halt = doc.number("halt_threshold", 0, 100, required=False, default=0.0)
+    return Wave(name, percent, tuple(sorted(labels.items())), soak, success, halt, opened)

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +25,7 @@ from builder.updater.freshness import (
     parse_timestamp,
 )
 from builder.updater.index import (
+    CHECKSUM,
     INDEX,
     SIGNATURE,
     DeltaFile,
@@ -38,22 +37,24 @@ from builder.updater.index import (
     verify_signature,
 )
 from builder.updater.outcome import Outcome
-from builder.updater.relay import Relay, Tls
+from builder.updater.pull import pull
+from builder.updater.state import DamagedState, write_atomic
 from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
 
 STAGING = STATE_DIR / "staging"
 ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
 FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
-PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy",
-                   "ALL_PROXY")
 
 
 class Run:
     def __init__(self, root: Path, config: UpdateConfig, runner: Runner,
-                 status_file: StatusFile, log: Callable[[str], None]) -> None:
+                 status_file: StatusFile, log: Callable[[str], None], *,
+                 scratch: Path | None = None) -> None:
         self.system = System(root, runner)
         self.config = config
+        self.patience = config.patience(time.monotonic() + config.run_deadline_seconds)
+        self.scratch = scratch   # the run's temporary files (builder/updater/state.py)
         self.status_file = status_file
         self.accepted = AcceptedFile(status_file.path.parent / ACCEPTED)
         self.log = log
@@ -114,30 +115,17 @@ class Run:
         self.log(f"booted {booted.checksum[:12]} of {remote}:{booted.ref}")
         keyrings = self._keyrings(remote)
         index = self._index(remote, booted, keyrings)
-        target = index.to_commit if index else None
-        if target == booted.checksum:
-            self._set("idle", f"up to date: {booted.checksum[:12]} is the newest commit of "
-                              f"{booted.ref}")
-            self.log(self.status.detail)
-            return
-        if target is not None and target in self._rolled_back():
-            self._set("idle", f"{target[:12]} was rolled back by greenboot on this device; "
-                              "waiting for a newer commit")
-            self.log(self.status.detail)
-            return
-        if target is not None and apply.pending(self.system) == target:
-            self._set("staged", target=target, target_version=index.to_version if index else "")
-            self.log(f"{target[:12]} is already staged")
-            self._maybe_reboot()
-            return
-        if target is not None and self._held(booted, target):
+        if index is not None and (self._nothing_new(booted, index.to_commit, index.to_version)
+                                  or self._held(booted, index.to_commit)):
             return
         self.fleet.event("offered")
         commit = self._fetch(index, booted, remote, keyrings)
+        if index is None and self._nothing_new(booted, commit, None):
+            return  # the summary's commit runs, was rolled back, or is staged: pulled again
         self.fleet.event("downloaded")
         if not self.config.allow_downgrade:
             apply.check_not_older(self.system, booted, commit)
-        apply.stage(self.system, booted, remote, commit)
+        apply.stage(self.system, booted, remote, commit, self.log)
         shutil.rmtree(self.system.root / STAGING, ignore_errors=True)
         version = index.to_version if index and index.to_version else ""
         self._set("staged", target=commit, target_version=version)
@@ -147,7 +135,28 @@ class Run:
                                       version, booted.checksum, self._version(booted.checksum)))
         self.log(f"staged {commit[:12]} ({self.method}); it boots at the next reboot, "
                  "and greenboot keeps it only if its health checks pass")
-        self._maybe_reboot()
+        self._maybe_reboot(booted)
+
+    def _nothing_new(self, booted: Booted, target: str, version: str | None) -> bool:
+        """Whether there is nothing to stage: the target is what runs, was rolled back on
+        this device, or is staged already. The booted or staged commit is never staged
+        again: staging it again and rebooting into it on every run was a reboot loop."""
+        if target == booted.checksum:
+            self._set("idle", f"up to date: {booted.checksum[:12]} is the newest commit of "
+                              f"{booted.ref}")
+        elif target in self._rolled_back():
+            self._set("idle", f"{target[:12]} was rolled back by greenboot on this device; "
+                              "waiting for a newer commit")
+        elif apply.pending(self.system) == target:
+            self._set("staged", f"{target[:12]} is already staged", target=target,
+                      target_version=version or "")
+            self.log(f"{target[:12]} is already staged")
+            self._maybe_reboot(booted)
+            return True
+        else:
+            return False
+        self.log(self.status.detail)
+        return True
 
     def _held(self, booted: Booted, target: str) -> bool:
         """The statement's rollout keeps this device where it is for now: nothing is
@@ -175,13 +184,12 @@ class Run:
         path = self.status_file.path.parent / ROLLED_BACK
         known = self._rolled_back()
         if previous.target not in known:
-            path.write_text("".join(f"{c}\n" for c in [*known, previous.target]))
+            write_atomic(path, "".join(f"{c}\n" for c in [*known, previous.target]))
         self.log(f"{previous.target[:12]} was staged but the device runs "
                  f"{booted.checksum[:12]}: greenboot rolled it back")
 
     def _rolled_back(self) -> list[str]:
-        path = self.status_file.path.parent / ROLLED_BACK
-        return path.read_text().split() if path.is_file() else []
+        return read_rolled_back(self.status_file.path.parent / ROLLED_BACK)
 
     def _keyrings(self, remote: str) -> list[Path]:
         if self.system.remote_option(remote, "gpg-verify") == "false":
@@ -202,8 +210,7 @@ class Run:
 
     def _index(self, remote: str, booted: Booted, keyrings: list[Path]) -> Index | None:
         base = self.updates_url(remote, booted.ref)
-        timeout = float(self.config.timeout_seconds)
-        index = fetch_small(base + INDEX, timeout)
+        index = fetch_small(base + INDEX, self.patience)
         if index is None:
             accepted = self.accepted.get(booted.ref)
             if accepted is not None:
@@ -228,7 +235,7 @@ class Run:
         """The index is the current one: its signed timestamp names it, has not expired and
         is not older than one this device accepted (builder/updater/freshness.py)."""
         url = base + TIMESTAMP
-        stamp = fetch_small(url, float(self.config.timeout_seconds))
+        stamp = fetch_small(url, self.patience)
         if stamp is None:
             raise UpdateRefused(f"{url} is missing: the index has no signed statement that "
                                 "it is current", hint="publish with `--gpg-key`")
@@ -243,14 +250,14 @@ class Run:
                   hint: str) -> str:
         """Fetch the detached signature of a fetched metadata file and verify it with the
         remote's keys: the fingerprint of the signing key, or refused naming what failed."""
-        signature = fetch_small(signature_url, float(self.config.timeout_seconds))
+        signature = fetch_small(signature_url, self.patience)
         if signature is None:
             raise UpdateRefused(f"{fetched.url} has no signature "
                                 f"({signature_url.rsplit('/', 1)[-1]})",
                                 hint=hint)
         self.metadata_bytes += len(fetched.data) + len(signature.data)
         return verify_signature(self.system.runner, fetched.data, signature.data, keyrings,
-                                fetched.url)
+                                fetched.url, scratch=self.scratch)
 
     def _fetch(self, index: Index | None, booted: Booted, remote: str,
                keyrings: list[Path]) -> str:
@@ -277,29 +284,16 @@ class Run:
         staged = self._download(index, delta, remote, booted)
         self._set("applying", f"{delta.file}")
         self.log(f"applying {delta.file} offline")
-        apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings)
+        apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings,
+                               scratch=self.scratch)
         return delta.to_commit
 
     def _pull(self, remote: str, ref: str) -> str:
-        cap = self.config.max_bytes_per_second
-        if not cap:
-            return apply.pull(self.system, remote, ref)
-        url = self.system.remote_option(remote, "url") or ""
-        why_not = uncappable(self.system, remote, url, os.environ)
-        if why_not:
-            self.log(f"the pull is not capped at {cap} B/s: {why_not}")
-            return apply.pull(self.system, remote, ref)
-        started = time.monotonic()
-        with Relay(url, cap, remote_tls(self.system, remote),
-                   float(self.config.timeout_seconds)) as relay:
-            self.log(f"ostree pull {remote}:{ref} through {relay.url}, capped at {cap} B/s")
-            try:
-                return apply.pull(self.system, remote, ref, relay.url)
-            finally:
-                self.download_seconds = round(time.monotonic() - started, 3)
-                self.transfer.received, self.transfer.requests = relay.received, relay.requests
-                self.log(f"pull: {relay.received} bytes from {url} in {relay.requests} "
-                         f"requests, {self.download_seconds:.1f}s")
+        pulled = pull(self.system, remote, ref, self.config.max_bytes_per_second,
+                      patience=self.patience, log=self.log)
+        self.transfer.received, self.transfer.requests = pulled.received, pulled.requests
+        self.download_seconds = pulled.seconds or None
+        return pulled.commit
 
     def _download(self, index: Index | None, delta: DeltaFile, remote: str,
                   booted: Booted) -> Path:
@@ -311,7 +305,7 @@ class Run:
                   bytes_total=delta.size)
         config = self.config
         limits = Limits(config.max_bytes_per_second, config.retries,
-                        float(config.retry_delay_seconds), float(config.timeout_seconds))
+                        float(config.retry_delay_seconds), self.patience)
         download = Download(staging, url, delta, limits, self._progress)
         self.transfer = download.transfer
         started = time.monotonic()
@@ -332,9 +326,15 @@ class Run:
         self.status.bytes_done, self.status.bytes_total = done, total
         self.status_file.write(self.status)
 
-    def _maybe_reboot(self) -> None:
+    def _maybe_reboot(self, booted: Booted) -> None:
+        """Reboot (when update.yaml says so) only into a deployment that is not the booted
+        one."""
         config = self.config
         if not config.reboot:
+            return
+        pending = apply.pending(self.system)
+        if pending is None or pending == booted.checksum:
+            self.log(f"no reboot: the next deployment is the booted {booted.checksum[:12]}")
             return
         now = time.localtime()
         minute = now.tm_hour * 60 + now.tm_min
@@ -347,26 +347,17 @@ class Run:
         self.system.runner.run(["systemctl", "reboot"])
 
 
-def uncappable(system: System, remote: str, url: str, environ: Mapping[str, str]
-               ) -> str | None:
-    """Why the relay cannot carry every byte of a pull from this remote (whose URL is
-    `url`), or None."""
-    if not url.startswith(("http://", "https://")):
-        return f"remote {remote!r} has no http(s) URL ({url or 'none'})"
-    for key in ("metalink", "contenturl", "proxy"):
-        if system.remote_option(remote, key):
-            return f"remote {remote!r} has a {key}, which ostree uses whatever URL it is given"
-    variables = [v for v in PROXY_VARIABLES if environ.get(v)]
-    if variables:
-        return f"{variables[0]} is set: the pull goes through that proxy"
-    return None
-
-
-def remote_tls(system: System, remote: str) -> Tls:
-    option = functools.partial(system.remote_option, remote)
-    return Tls(permissive=(option("tls-permissive") or "false").lower() == "true",
-               ca_path=option("tls-ca-path"), client_cert=option("tls-client-cert-path"),
-               client_key=option("tls-client-key-path"))
+def read_rolled_back(path: Path) -> list[str]:
+    """The commits greenboot rolled back on this device, one checksum a line."""
+    try:
+        words = path.read_text().split()
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DamagedState(path, getattr(exc, "strerror", None) or str(exc)) from None
+    if any(not CHECKSUM.match(word) for word in words):
+        raise DamagedState(path, "a line is not a commit checksum")
+    return words
 
 
 def _check_space(staging: Path, delta: DeltaFile) -> None:

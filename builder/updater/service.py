@@ -14,10 +14,14 @@
 6. reboots when update.yaml says so, inside its maintenance window.
 
 `microshift-update status` prints the state (idle, held by a rollout, downloading N of M
-bytes, staged, failed: reason). In a fleet rollout (builder/updater/fleet.py) the run stages
-only when the device's wave is open, and reports signed verdicts; `microshift-update note
-green|red` is greenboot's hook that notes each boot of the staged release. Runs on the
-device's Python 3.9 with the standard library and PyYAML.
+bytes, staged, failed: reason). Every wait is bounded (builder/updater/fetch.py), one run
+at a time holds the state directory's lock, the run's children die with it
+(builder/updater/children.py), and damaged state stops updates until
+`microshift-update reset-state` (builder/updater/state.py). SIGTERM or SIGINT end a run
+with one line (exit 143 or 130); the next run resumes. In a fleet rollout
+(builder/updater/fleet.py) the run stages only when the device's wave is open, and reports
+signed verdicts; `microshift-update note green|red` is greenboot's hook that notes each boot
+of the staged release. Runs on the device's Python 3.9 with the standard library and PyYAML.
 """
 
 from __future__ import annotations
@@ -25,17 +29,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
-from builder.core.errors import BuildError, InputError
-from builder.core.runner import Runner
+from builder.core.errors import BuildError, InputError, ToolError
+from builder.updater.apply import tool_reason
+from builder.updater.children import ChildRunner
 from builder.updater.config import CONFIG_PATH, UpdateConfig, load_update_config
-from builder.updater.run import Run
-from builder.updater.status import STATE_DIR, STATUS, StatusFile
+from builder.updater.freshness import ACCEPTED, AcceptedFile
+from builder.updater.outcome import OutcomeFile
+from builder.updater.run import ROLLED_BACK, Run, read_rolled_back
+from builder.updater.state import (
+    FLAG,
+    Busy,
+    DamagedState,
+    check_flag,
+    flag_damage,
+    fresh_scratch,
+    move_aside,
+    run_lock,
+)
+from builder.updater.status import STATE_DIR, STATUS, Status, StatusFile
+
+
+class Terminated(BuildError):
+    def __init__(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"terminated ({name}): the run stopped; the next run resumes")
+        self.exit_code = 128 + signum
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,11 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     note = actions.add_parser("note", help="greenboot's green.d/red.d hooks: note this boot's "
                                            "result for the staged rollout update's verdict")
     note.add_argument("result", choices=("green", "red"))
+    actions.add_parser("reset-state", help="move damaged state files aside and let updates "
+                                           "run again")
     args = parser.parse_args(argv)
     if args.action == "status":
         return print_status(args.root, as_json=args.json)
     if args.action == "note":
         return note_boot(args.root, args.result)
+    if args.action == "reset-state":
+        return reset_state(args.root)
     return run_once(args.root, args.config or args.root / CONFIG_PATH, args.report)
 
 
@@ -72,17 +103,49 @@ def note_boot(root: Path, result: str) -> int:
     except InputError:
         config = UpdateConfig()
     try:
-        if Run(root, config, Runner(), status_file, log).note(result):
+        if Run(root, config, ChildRunner(), status_file, log).note(result):
             log(f"noted a {result} boot for the staged update's verdict")
     except (BuildError, OSError) as exc:
-        log(f"could not note the {result} boot: {str(exc).splitlines()[0]}")
+        log(f"could not note the {result} boot: {one_line(exc)}")
     return 0
 
 
 def print_status(root: Path, *, as_json: bool) -> int:
-    status = StatusFile(root / STATE_DIR / STATUS).read()
+    state = root / STATE_DIR
+    try:
+        status = StatusFile(state / STATUS).read()
+    except DamagedState as exc:
+        print(f"damaged: {exc}")
+        return 1
+    flag = state / FLAG
+    if flag.exists() and status.state != "failed":
+        print(f"damaged: {flag.read_text(errors='replace').strip()}")
+        return 1
     print(json.dumps(asdict(status), indent=2, sort_keys=True) if as_json else status.text())
     return 1 if status.state == "failed" else 0
+
+
+def reset_state(root: Path) -> int:
+    """Move each state file that does not parse aside, and lift the refusal."""
+    state = root / STATE_DIR
+    readers: list[tuple[Path, Callable[[], Any]]] = [
+        (state / STATUS, StatusFile(state / STATUS).read),
+        (state / ACCEPTED, AcceptedFile(state / ACCEPTED).read_all),
+        (state / ROLLED_BACK, lambda: read_rolled_back(state / ROLLED_BACK)),
+        (state / "outcome.json", OutcomeFile(state).read)]
+    for path, read in readers:
+        try:
+            read()
+        except DamagedState:
+            print(f"{path}: damaged, moved aside to {move_aside(path, time.time()).name}")
+    kept = sorted(p.name for p in state.glob("*.damaged-*")) if state.is_dir() else []
+    if (state / FLAG).exists():
+        (state / FLAG).unlink()
+        print("updates run again at the next run"
+              + (f"; damaged files kept for a look: {', '.join(kept)}" if kept else ""))
+    else:
+        print("nothing to reset: no damaged state is recorded")
+    return 0
 
 
 def run_once(root: Path, config_path: Path, report: Path | None) -> int:
@@ -93,22 +156,68 @@ def run_once(root: Path, config_path: Path, report: Path | None) -> int:
     except InputError as exc:
         _failed(status_file, str(exc))
         return 2
-    updater = Run(root, config, Runner(), status_file, log)
+    state = status_file.path.parent
+    updater: Run | None = None
     code = 0
+    previous = _on_signals(_terminate)
     try:
-        updater.run()
+        with run_lock(state):
+            check_flag(state)
+            updater = Run(root, config, ChildRunner(), status_file, log,
+                          scratch=fresh_scratch(state))
+            try:
+                updater.run()
+            finally:
+                fresh_scratch(state)
+    except Busy as exc:
+        log(str(exc))  # another run's status is that run's to write
+        return 1
+    except DamagedState as exc:
+        _failed(status_file, flag_damage(state, exc))
+        code = 1
     except BuildError as exc:
-        _failed(status_file, str(exc).splitlines()[0])
-        code = 2 if isinstance(exc, InputError) else 1
-    if report is not None:
+        _failed(status_file, one_line(exc))
+        code = exc.exit_code if isinstance(exc, (InputError, Terminated)) else 1
+    finally:
+        _on_signals(previous)
+    if report is not None and updater is not None:
         document = {**updater.report(), "seconds": round(time.monotonic() - started, 3),
                     "exit_code": code}
         report.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return code
 
 
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    # Raised where the run is: a child it waits for is killed by subprocess on the way out.
+    raise Terminated(signum)
+
+
+def _on_signals(handlers: Any) -> Any:
+    """Install `handlers` (one for both signals, or a previous pair); the previous pair."""
+    signals = (signal.SIGTERM, signal.SIGINT)
+    previous = tuple(signal.getsignal(signum) for signum in signals)
+    wanted = handlers if isinstance(handlers, tuple) else (handlers, handlers)
+    for number, signum in enumerate(signals):  # (Python 3.9: no zip strict)
+        handler = wanted[number]
+        signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    return previous
+
+
+def one_line(exc: BaseException) -> str:
+    """The line the status shows: for a tool, the tool and its own reason."""
+    if isinstance(exc, ToolError):
+        words = [w for w in exc.argv[1:] if not w.startswith("-")][:2]
+        return f"{exc.argv[0]} {' '.join(words)} failed (exit {exc.returncode}): " \
+               f"{tool_reason(exc)}"
+    lines = str(exc).splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def _failed(status_file: StatusFile, message: str) -> None:
-    status = status_file.read()
+    try:
+        status = status_file.read()
+    except DamagedState:
+        status = Status()  # the damaged one was moved aside, or is named by the message
     status.state, status.detail = "failed", message
     status_file.write(status)
     log(f"failed: {message}")

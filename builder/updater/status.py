@@ -9,14 +9,19 @@ failure).
 from __future__ import annotations
 
 import json
-import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
+
+from builder.core.bounded_json import Doc
+from builder.updater.state import read_json, write_atomic
 
 STATE_DIR = Path("var/lib/microshift-update")
 STATUS = "status.json"
 STATES = ("idle", "checking", "held", "downloading", "applying", "staged", "failed")
+STATE_WORD = re.compile(f"^({'|'.join(STATES)})$")
 
 
 @dataclass
@@ -52,16 +57,27 @@ class StatusFile:
         self.path = path
 
     def read(self) -> Status:
-        try:
-            data = json.loads(self.path.read_text())
-            known = {k: v for k, v in data.items() if k in Status.__dataclass_fields__}
-            return Status(**known)
-        except (OSError, ValueError, TypeError):
-            return Status()
+        """The last status written (a new one when there is none); DamagedState when the
+        file does not hold one: a run that cannot tell what it staged last does nothing."""
+        data = read_json(self.path, _status_document)
+        return Status() if data is None else _status(data)
 
     def write(self, status: Status) -> None:
         status.updated = time.time()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".new")
-        tmp.write_text(json.dumps(asdict(status), indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(asdict(status), indent=2, sort_keys=True) + "\n")
+
+
+def _status_document(data: Any) -> None:
+    _status(data)
+
+
+def _status(data: Any) -> Status:
+    doc = Doc(data, STATUS)
+    text = {name: doc.text(name, required=False, default="", max_length=8192)
+            for name in ("detail", "booted", "target", "target_version", "method")}
+    doc.text("state", pattern=STATE_WORD, allowed=", ".join(STATES))
+    return Status(state=data["state"], **text,
+                  bytes_done=doc.integer("bytes_done", 0, 2 ** 50, required=False, default=0),
+                  bytes_total=doc.integer("bytes_total", 0, 2 ** 50, required=False,
+                                          default=0),
+                  updated=doc.number("updated", 0, 2 ** 40, required=False, default=0.0))

@@ -56,8 +56,9 @@ class System:
     def repo(self) -> Path:
         return self.sysroot / "ostree/repo"
 
-    def ostree(self, *args: str, check: bool = True) -> str:
-        proc = self.runner.run(["ostree", f"--repo={self.repo}", *args], check=check)
+    def ostree(self, *args: str, check: bool = True, timeout: float | None = None) -> str:
+        proc = self.runner.run(["ostree", f"--repo={self.repo}", *args], check=check,
+                               timeout=timeout)
         return proc.stdout.decode(errors="replace")
 
     def admin(self, *args: str) -> str:

@@ -24,17 +24,18 @@ Device side: Python 3.9, standard library only (and the openssl tool).
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
+from builder.updater.fetch import Patience, request
+from builder.updater.state import write_atomic
 
 VERDICT_FORMAT = "microshift-edge-builder/rollout-verdict/v1"
 EVENTS = ("offered", "downloaded", "staged", "green", "rolled-back")
@@ -104,9 +105,7 @@ class Outbox:
         except (OSError, ValueError):
             # A lost counter restarts from the clock: still above any seq sent before.
             seq = int(time.time() * 1000)
-        tmp = path.with_name(SEQ + ".new")
-        tmp.write_text(f"{seq}\n")
-        os.replace(tmp, path)
+        write_atomic(path, f"{seq}\n")
         return seq
 
     def add(self, payload: dict[str, Any]) -> Path:
@@ -114,22 +113,17 @@ class Outbox:
         seq = self.next_seq()
         body = envelope(self.key, {**payload, "seq": seq, "time": int(time.time())})
         path = self.dir / f"{seq:016d}-{payload['event']}.json"
-        tmp = self.dir / f".{path.name}.new"
-        with tmp.open("wb") as handle:
-            handle.write(body)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, body)
         return path
 
     def pending(self) -> list[Path]:
         return sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []
 
-    def send(self, url: str, timeout: float, log: Callable[[str], None]) -> int:
+    def send(self, url: str, patience: Patience, log: Callable[[str], None]) -> int:
         """POST the pending verdicts in order; the number the collector took."""
         sent = 0
         for path in self.pending():
-            code = post(url, path.read_bytes(), timeout)
+            code = post(url, path.read_bytes(), patience)
             if code is None or code >= 500:
                 log(f"collector {url} did not take {path.name} "
                     f"({'no answer' if code is None else f'HTTP {code}'}): kept for the next run")
@@ -142,16 +136,14 @@ class Outbox:
         return sent
 
 
-def post(url: str, body: bytes, timeout: float) -> int | None:
-    request = urllib.request.Request(url, data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+def post(url: str, body: bytes, patience: Patience) -> int | None:
+    """The collector's HTTP status for one verdict; None when it gave no (whole) answer."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read(MAX_VERDICT)
+        with request(url, patience, method="POST", body=body,
+                     headers={"Content-Type": "application/json"}) as response:
+            response.read_all(MAX_VERDICT)
             return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
-    except (urllib.error.URLError, OSError):
+    except (OSError, http.client.HTTPException):
         return None
 
 

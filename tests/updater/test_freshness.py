@@ -16,6 +16,7 @@ from builder.updater.freshness import (
     timestamp_for,
 )
 from builder.updater.index import UpdateRefused
+from builder.updater.state import DamagedState
 
 REF = "microshift/x86_64/microshift-minimal"
 INDEX = b'{"format": "index"}\n'
@@ -70,13 +71,21 @@ def test_malformed_statements_are_refused(document: bytes) -> None:
         parse_timestamp(document, "timestamp.json")
 
 
-def test_the_accepted_statement_survives_per_ref_and_a_damaged_file_is_none(
+def test_the_accepted_statement_survives_per_ref_and_a_damaged_file_stops_updates(
         tmp_path: Path) -> None:
+    """Read as empty, a file cut short (power loss, a full disk) would let a replayed older
+    statement be accepted and overwrite it: a damaged file is refused, never empty."""
     accepted = AcceptedFile(tmp_path / "state" / "accepted-index.json")
     assert accepted.get(REF) is None
     stamp = timestamp_for(REF, INDEX, 60, now=NOW)
     accepted.put(stamp)
     accepted.put(timestamp_for("other/ref", INDEX, 60, now=NOW))
     assert AcceptedFile(accepted.path).get(REF) == stamp
-    accepted.path.write_text("{broken")
-    assert accepted.get(REF) is None
+    for damage in ("{broken", "", '{"' + REF + '": {"issued": "yesterday"}}', "[]"):
+        accepted.path.write_text(damage)
+        with pytest.raises(DamagedState) as caught:
+            accepted.get(REF)
+        assert str(caught.value).startswith(f"{accepted.path} is damaged (")
+        with pytest.raises(DamagedState):
+            accepted.put(stamp)  # nor overwritten with what the replay would bring
+        assert accepted.path.read_text() == damage

@@ -19,6 +19,7 @@ from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
 from builder.core.http_thread import ServedInThread
 from builder.core.runner import Runner
+from builder.updater.fetch import Patience
 from builder.updater.index import (
     INDEX_FORMAT,
     MAX_METADATA,
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.integration
 REF = "microshift/x86_64/microshift-full"
 OLD, NEW, SHA = "a" * 64, "b" * 64, "c" * 64
 WHAT = "http://repo/updates/index.json"
+FAST = Patience(timeout=5)
 
 
 class Key:
@@ -218,45 +220,53 @@ def test_a_good_index_lists_the_delta_from_each_commit() -> None:
     assert (found.file, found.from_commit, found.to_commit, found.size, found.sha256) == \
         (f"{OLD}-{NEW}.delta", OLD, NEW, 1234, SHA)
     assert parsed.delta_from("d" * 64) is None
-    assert parse_index(index(to_version=7), REF, WHAT).to_version is None
+    assert parse_index(index(to_version=None), REF, WHAT).to_version is None
     tiny = parse_index(index(files=[entry(bytes=1)]), REF, WHAT).delta_from(OLD)
     assert tiny is not None and tiny.size == 1  # the smallest file is still a file
 
 
-ENTRY_PROBLEM = "a files entry is not a delta file to bbbbbbbbbbbb with file, from_commit, " \
-                "to_commit, bytes and sha256"
-
-
 @pytest.mark.parametrize(("data", "problem"), [
-    (b"\xff\xfe", "not a JSON document"),
-    (b"[1, 2", "not a JSON document"),
-    (b"[]", f"format is not {INDEX_FORMAT}"),
-    (index(format="other/v2"), f"format is not {INDEX_FORMAT}"),
+    (b"\xff\xfe", "is not UTF-8 text (byte 0)"),
+    (b"[1, 2", "is not JSON (line 1 column 6: Expecting ',' delimiter)"),
+    (b"[]", "is a list; allowed: an object"),
+    (b"[" * 200_000 + b"]" * 200_000, "is nested 200000 levels deep; allowed: at most 16"),
+    (index(format="other/v2"), f"format is 'other/v2'; allowed: {INDEX_FORMAT}"),
     (index(ref="microshift/x86_64/other"), "lists ref 'microshift/x86_64/other', the device "
                                            f"tracks '{REF}'"),
-    (index(to_commit="B" * 64), "to_commit is not a commit checksum"),
-    (index(to_commit=None), "to_commit is not a commit checksum"),
-    (index(files={"a": 1}), "files is not a list"),
-    (index(files=["x"]), ENTRY_PROBLEM),
-    (index(files=[entry(file="../../etc/passwd")]), ENTRY_PROBLEM),
-    (index(files=[entry(file=7)]), ENTRY_PROBLEM),
-    (index(files=[entry(to_commit=OLD)]), ENTRY_PROBLEM),
-    (index(files=[entry(from_commit="x")]), ENTRY_PROBLEM),
-    (index(files=[entry(from_commit=5)]), ENTRY_PROBLEM),
-    (index(files=[entry(bytes=True)]), ENTRY_PROBLEM),
-    (index(files=[entry(bytes=0)]), ENTRY_PROBLEM),
-    (index(files=[entry(bytes="12")]), ENTRY_PROBLEM),
-    (index(files=[entry(sha256="z" * 64)]), ENTRY_PROBLEM),
-    (index(files=[entry(sha256=None)]), ENTRY_PROBLEM),
+    (index(ref={"a": 1}), "ref is an object; allowed: a string"),
+    (index(to_commit="B" * 64), "to_commit is 'BBBB"),
+    (index(to_commit=None), "to_commit is null; allowed: a commit checksum"),
+    (index(to_version={"major": 4}), "to_version is an object; allowed: a string or null"),
+    (index(to_version=7), "to_version is an integer; allowed: a string or null"),
+    (index(files={"a": 1}), "files is an object; allowed: a list"),
+    (index(files=["x"]), "files[0] is a string; allowed: an object"),
+    (index(files=[entry(file="../../etc/passwd")]),
+     "files[0].file is '../../etc/passwd'; allowed: FROM-TO.delta"),
+    (index(files=[entry(file=7)]), "files[0].file is an integer; allowed: FROM-TO.delta"),
+    (index(files=[entry(to_commit=OLD)]),
+     f"files[0].to_commit is '{OLD}'; allowed: the index's to_commit {NEW[:12]}"),
+    (index(files=[entry(from_commit="x")]),
+     "files[0].from_commit is 'x'; allowed: a commit checksum or null"),
+    (index(files=[entry(from_commit=5)]),
+     "files[0].from_commit is an integer; allowed: a commit checksum or null"),
+    (index(files=[entry(bytes=True)]),
+     "files[0].bytes is true or false; allowed: an integer from 1 to"),
+    (index(files=[entry(bytes=0)]), "files[0].bytes is 0; allowed: an integer from 1 to"),
+    (index(files=[entry(bytes="12")]), "files[0].bytes is a string; allowed: an integer"),
+    (index(files=[entry(sha256="z" * 64)]), "files[0].sha256 is 'zzzz"),
+    (index(files=[entry(sha256=None)]), "files[0].sha256 is null; allowed: a sha256"),
     (index(files=[entry(from_commit="d" * 64)]),
      f"file '{OLD}-{NEW}.delta' should be named {'d' * 64}-{NEW}.delta"),
     (index(files=[entry(from_commit=None)]),
      f"file '{OLD}-{NEW}.delta' should be named empty-{NEW}.delta"),
+    (b'{"format": "x", "format": "y"}', "is not JSON (key 'format' given twice)"),
+    (index(files=[entry(bytes=10 ** 40)]), "is not JSON (an integer of 41 digits)"),
 ])
 def test_an_index_the_device_must_not_trust_is_refused(data: bytes, problem: str) -> None:
     with pytest.raises(UpdateRefused) as caught:
         parse_index(data, REF, WHAT)
     assert str(caught.value).startswith(f"{WHAT}: {problem}"), str(caught.value)
+    assert "\n" not in str(caught.value) and len(str(caught.value)) < 400  # one line
 
 
 # --- fetching it -------------------------------------------------------------------------
@@ -297,32 +307,33 @@ def server() -> Iterator[str]:
 
 
 def test_fetching_the_index(server: str) -> None:
-    fetched = fetch_small(f"{server}/index.json", timeout=5)
+    fetched = fetch_small(f"{server}/index.json", FAST)
     assert fetched is not None and (fetched.data, fetched.url) == (b"{}", f"{server}/index.json")
-    limit = fetch_small(f"{server}/limit", timeout=5)
+    limit = fetch_small(f"{server}/limit", FAST)
     assert limit is not None and len(limit.data) == MAX_METADATA
-    assert fetch_small(f"{server}/missing", timeout=5) is None  # no index: fall back to pull
+    assert fetch_small(f"{server}/missing", FAST) is None  # no index: fall back to pull
     with pytest.raises(UpdateRefused, match=f"^{server}/huge is larger than {MAX_METADATA} "
                                             "bytes: not an update index"):
-        fetch_small(f"{server}/huge", timeout=5)
+        fetch_small(f"{server}/huge", FAST)
     # A hostile server that never stops sending: refused once past the limit, not read on.
     with pytest.raises(UpdateRefused, match=f"^{server}/endless is larger than"):
-        fetch_small(f"{server}/endless", timeout=20)
+        fetch_small(f"{server}/endless", FAST)
     with pytest.raises(BuildError, match=f"^GET {server}/broken: HTTP 500 "):
-        fetch_small(f"{server}/broken", timeout=5)
+        fetch_small(f"{server}/broken", FAST)
 
 
 def test_an_unreachable_server_is_a_failure_not_a_missing_index(
         closed_port_url: str) -> None:
     with pytest.raises(BuildError) as caught:
-        fetch_small(f"{closed_port_url}/index.json", timeout=5)
+        fetch_small(f"{closed_port_url}/index.json", FAST)
     assert str(caught.value) == f"GET {closed_port_url}/index.json: [Errno 111] Connection refused"
 
 
 def test_a_server_that_never_answers_times_out(silent_server: str) -> None:
     with pytest.raises(BuildError) as caught:
-        fetch_small(f"{silent_server}/index.json", timeout=0.5)
-    assert str(caught.value) == f"GET {silent_server}/index.json: timed out"
+        fetch_small(f"{silent_server}/index.json", Patience(timeout=0.5))
+    assert str(caught.value) == (f"GET {silent_server}/index.json: {silent_server}/index.json: "
+                                 "no complete answer within 0.5 s (timeout_seconds)")
 
 
 def test_an_index_on_a_usb_stick_is_read_like_one_served(tmp_path: Path) -> None:
@@ -333,17 +344,17 @@ def test_an_index_on_a_usb_stick_is_read_like_one_served(tmp_path: Path) -> None
     (stick / "limit").write_bytes(b"y" * MAX_METADATA)
     (stick / "a-directory").mkdir()
     url = stick.as_uri()
-    fetched = fetch_small(f"{url}/index.json", timeout=5)
+    fetched = fetch_small(f"{url}/index.json", FAST)
     assert fetched is not None and (fetched.data, fetched.url) == (b"{}", f"{url}/index.json")
     # A stick without an index is a missing index (the device falls back to a pull), not an
     # error, as a 404 is.
-    assert fetch_small(f"{url}/missing", timeout=5) is None
-    limit = fetch_small(f"{url}/limit", timeout=5)
+    assert fetch_small(f"{url}/missing", FAST) is None
+    limit = fetch_small(f"{url}/limit", FAST)
     assert limit is not None and len(limit.data) == MAX_METADATA
     with pytest.raises(UpdateRefused, match="huge is larger than"):
-        fetch_small(f"{url}/huge", timeout=5)
+        fetch_small(f"{url}/huge", FAST)
     with pytest.raises(BuildError) as caught:
-        fetch_small(f"{url}/a-directory", timeout=5)
+        fetch_small(f"{url}/a-directory", FAST)
     assert str(caught.value) == f"read {stick / 'a-directory'}: Is a directory"
 
 

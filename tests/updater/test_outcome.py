@@ -8,7 +8,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from builder.updater.outcome import BOOT_ID, FAILURE_LOG, Outcome, OutcomeFile, note, settled
+from builder.updater.state import DamagedState
 
 OLD, NEW = "1" * 64, "2" * 64
 
@@ -63,13 +66,17 @@ def test_before_the_new_release_boots_nothing_is_decided(tmp_path: Path) -> None
     assert settled(outcome, booted=OLD, pending=None) == "rolled-back"   # no hook ran
 
 
-def test_the_outcome_file_survives_a_bad_write_as_no_outcome(tmp_path: Path) -> None:
+def test_a_damaged_outcome_file_is_refused_not_taken_for_none(tmp_path: Path) -> None:
+    """No outcome means nothing of a rollout is staged: a damaged file must not say so."""
     file = OutcomeFile(tmp_path)
     assert file.read() is None
     file.write(_outcome())
     assert file.read() == _outcome()
-    file.path.write_text("{not json")
-    assert file.read() is None
+    assert not list(tmp_path.glob("*.new"))  # written whole, then renamed
+    for damage in ("{not json", '{"ref": 7}', ""):
+        file.path.write_text(damage)
+        with pytest.raises(DamagedState, match="outcome.json is damaged"):
+            file.read()
     file.remove()
     assert not file.path.exists()
 

@@ -25,8 +25,9 @@ import pytest
 
 from builder.core.http_thread import ServedInThread
 from builder.core.runner import Runner
+from builder.updater.fetch import Patience
+from builder.updater.pull import remote_tls, uncappable
 from builder.updater.relay import Bucket, Relay, Tls
-from builder.updater.run import remote_tls, uncappable
 from builder.updater.system import System
 
 BODY = os.urandom(300_000)
@@ -133,9 +134,9 @@ def test_a_remote_url_without_its_trailing_slash_is_the_same_remote(
 
 def test_a_remote_that_stops_answering_is_a_502_after_the_timeout(silent_server: str) -> None:
     """ostree waits on the relay; the relay must not wait on a dead link forever."""
-    with Relay(silent_server + "/repo/", 1_000_000, timeout=1.0) as relay:
+    with Relay(silent_server + "/repo/", 1_000_000, patience=Patience(timeout=1.0)) as relay:
         status, body, _ = _get(relay.url + "config")
-    assert status == 502 and b"timed out" in body
+    assert status == 504 and b"no complete answer within 1 s (timeout_seconds)" in body
 
 
 def test_the_remote_sees_kept_alive_connections(origin: tuple[_Origin, str]) -> None:
@@ -244,9 +245,10 @@ def test_idle_time_is_not_saved_up_for_a_burst() -> None:
     assert time.monotonic() - started >= 0.4 - 1e-3
 
 
-def test_a_relay_needs_a_positive_rate() -> None:
-    with pytest.raises(ValueError, match="positive rate, got 0"):
-        Relay("http://127.0.0.1:1/", 0)
+def test_a_relay_rate_is_a_cap_or_none() -> None:
+    with pytest.raises(ValueError, match="a rate of 0 \\(no cap\\) or more, got -1"):
+        Relay("http://127.0.0.1:1/", -1)
+    assert Bucket(0).chunk == 64 * 1024  # no cap: whole chunks, no waiting
     with Relay("http://127.0.0.1:1/", 1) as slowest, Relay("http://127.0.0.1:1/", 1) as other:
         assert slowest.url != other.url  # each on a port of its own
 
@@ -282,7 +284,7 @@ def test_an_https_remote_is_verified_with_its_tls_ca_path(
         tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
     server, base, ca, cert, key = tls_origin
     with Relay(base, 10_000_000, Tls(ca_path=str(ca), client_cert=str(cert),
-                                     client_key=str(key)), timeout=10) as relay:
+                                     client_key=str(key)), patience=Patience(timeout=10)) as relay:
         status, body, _ = _get(relay.url + "big")
     assert (status, body) == (200, BODY)
     assert server.seen[0]["Host"] == base.split("/")[2]
@@ -293,7 +295,7 @@ def test_a_redirect_to_https_is_followed_with_the_remotes_tls_options(
     server, base = origin
     secure, secure_base, ca, _, _ = tls_origin
     server.redirects["/repo/big"] = secure_base + "big"
-    with Relay(base, 10_000_000, Tls(ca_path=str(ca)), timeout=10) as relay:
+    with Relay(base, 10_000_000, Tls(ca_path=str(ca)), patience=Patience(timeout=10)) as relay:
         assert _get(relay.url + "big")[:2] == (200, BODY)
     assert len(secure.seen) == 1
 
@@ -301,15 +303,15 @@ def test_a_redirect_to_https_is_followed_with_the_remotes_tls_options(
 def test_an_https_remote_that_never_completes_its_handshake_times_out(
         silent_server: str) -> None:
     with Relay(silent_server.replace("http://", "https://") + "/repo/", 1_000_000,
-               timeout=1.0) as relay:
+               patience=Patience(timeout=1.0)) as relay:
         status, body, _ = _get(relay.url + "config")
-    assert status == 502 and b"timed out" in body
+    assert status == 504 and b"no complete answer within 1 s" in body
 
 
 def test_an_https_remote_the_device_does_not_trust_is_a_502(
         tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
     server, base, _, _, _ = tls_origin
-    with Relay(base, 10_000_000, timeout=10) as relay:
+    with Relay(base, 10_000_000, patience=Patience(timeout=10)) as relay:
         status, body, _ = _get(relay.url + "big")
     assert status == 502 and b"CERTIFICATE_VERIFY_FAILED" in body and server.seen == []
 
@@ -317,7 +319,7 @@ def test_an_https_remote_the_device_does_not_trust_is_a_502(
 def test_tls_permissive_takes_any_certificate(
         tls_origin: tuple[_Origin, str, Path, Path, Path]) -> None:
     _, base, _, _, _ = tls_origin
-    with Relay(base, 10_000_000, Tls(permissive=True), timeout=10) as relay:
+    with Relay(base, 10_000_000, Tls(permissive=True), patience=Patience(timeout=10)) as relay:
         assert _get(relay.url + "config")[0] == 200
 
 

@@ -96,23 +96,36 @@ def test_the_rollout_survives_the_signed_statement_round_trip() -> None:
 
 
 @pytest.mark.parametrize(("change", "words"), [
-    ({"state": "paused"}, "rollout.state is not one of"),
-    ({"id": "no spaces allowed"}, "rollout.id is not a rollout id"),
-    ({"commit": "abc"}, "rollout.commit is not a commit checksum"),
-    ({"waves": []}, "rollout.waves is not a non-empty list"),
-    ({"waves": [{"name": "w", "percent": 30, "labels": {}}]}, "last rollout wave is not 100%"),
-    ({"waves": [{"name": "w", "percent": 101}]}, "percent is not a number in (0, 100]"),
+    ({"state": "paused"}, "rollout.state is 'paused'; allowed: active, halted, complete"),
+    ({"state": ["active"]}, "rollout.state is a list; allowed: active, halted, complete"),
+    ({"id": "no spaces allowed"}, "rollout.id is 'no spaces allowed'; allowed: a rollout id"),
+    ({"commit": "abc"}, "rollout.commit is 'abc'; allowed: a commit checksum"),
+    ({"reason": {"why": 1}}, "rollout.reason is an object; allowed: a string"),
+    ({"waves": []}, "rollout.waves is empty; allowed: at least one wave"),
+    ({"waves": {"0": 1}}, "rollout.waves is an object; allowed: a list"),
+    ({"waves": [{"name": "w", "percent": 30, "labels": {}}]}, "the last rollout wave is not 100%"),
+    ({"waves": [{"name": "w", "percent": 101}]},
+     "rollout.waves[0].percent is 101; allowed: a number from 0 to 100"),
+    ({"waves": [{"name": "w", "percent": 0}]},
+     "rollout.waves[0].percent is 0; allowed: a number in (0, 100]"),
+    ({"waves": [{"name": "w", "percent": "100"}]},
+     "rollout.waves[0].percent is a string; allowed: a number"),
     ({"waves": [{"name": "w", "percent": 100, "labels": {"a": "b"}}]},
-     "needs either percent or labels"),
-    ({"waves": [{"name": "w", "percent": 100, "opened": -1}]}, "whole seconds"),
-    ({"waves": [{"name": "w", "percent": 100, "halt_threshold": 120}]}, "percentages"),
+     "rollout.waves[0].percent and labels: one of them is needed, not both"),
+    ({"waves": [{"name": "w", "percent": 100, "opened": -1}]},
+     "rollout.waves[0].opened is -1; allowed: an integer from 0 to"),
+    ({"waves": [{"name": "w", "percent": 100, "halt_threshold": 120}]},
+     "rollout.waves[0].halt_threshold is 120; allowed: a number from 0 to 100"),
+    ({"waves": [{"name": "w", "percent": 100, "soak_seconds": True}]},
+     "rollout.waves[0].soak_seconds is true or false; allowed: an integer"),
+    ({"waves": [7]}, "rollout.waves[0] is an integer; allowed: an object"),
 ])
 def test_a_bad_rollout_in_a_statement_is_refused_naming_the_field(
         change: dict[str, object], words: str) -> None:
     document = {**_rollout("30%").to_dict(), **change}
     with pytest.raises(UpdateRefused) as caught:
         parse_rollout(document, "timestamp.json")
-    assert words in str(caught.value)
+    assert str(caught.value).startswith(f"timestamp.json: {words}"), str(caught.value)
 
 
 @pytest.mark.parametrize(("text", "words"), [

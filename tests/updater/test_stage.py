@@ -20,17 +20,29 @@ from builder.updater.system import Booted, System
 COMMIT = "c" * 64
 
 
-class Recorder(Runner):
-    """The tool-runner seam: records each command, answers the systemctl call as told."""
+LOCKED = "error: Locking repo exclusive failed: Resource temporarily unavailable\n"
 
-    def __init__(self, systemctl_code: int) -> None:
+
+class Recorder(Runner):
+    """The tool-runner seam: records each command, answers the systemctl call as told, and
+    `ostree admin deploy` and `status` as a device whose repository lock is taken would."""
+
+    def __init__(self, systemctl_code: int, *, deploy_fails: bool = False,
+                 default: str = "a" * 64) -> None:
         super().__init__()
         self.calls: list[list[str]] = []
         self.systemctl_code = systemctl_code
+        self.deploy_fails = deploy_fails
+        self.default = default   # what `ostree admin status` lists first
 
     def run(self, argv: Sequence[Any], **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
         args = [str(a) for a in argv]
         self.calls.append(args)
+        if args[:3] == ["ostree", "admin", "status"]:
+            return subprocess.CompletedProcess(args, 0, f"* rhel {self.default}.0\n".encode(),
+                                               b"")
+        if args[:3] == ["ostree", "admin", "deploy"] and self.deploy_fails:
+            raise ToolError(args, 1, LOCKED)
         code = self.systemctl_code if args[0] == "systemctl" else 0
         stderr = b"Unit ostree-finalize-staged.service not found.\n" if code else b""
         if code and kwargs.get("check", True):
@@ -43,7 +55,7 @@ BOOTED = Booted(COMMIT, "rhel", "edge", "microshift/x86_64/microshift-minimal", 
 
 def test_on_the_device_the_finalize_service_runs_before_staging_returns() -> None:
     runner = Recorder(0)
-    stage(System(Path("/"), runner), BOOTED, "edge", COMMIT)
+    stage(System(Path("/"), runner), BOOTED, "edge", COMMIT, print)
     programs = [c[:3] for c in runner.calls]
     assert programs == [["ostree", "--repo=/ostree/repo", "refs"],
                         ["ostree", "admin", "deploy"], ["systemctl", "start", FINALIZE]]
@@ -53,11 +65,35 @@ def test_on_the_device_the_finalize_service_runs_before_staging_returns() -> Non
 def test_a_finalize_service_that_cannot_start_fails_the_update() -> None:
     with pytest.raises(UpdateRefused, match=r"service not found\.: the staged deployment "
                                             r"would be dropped at shutdown"):
-        stage(System(Path("/"), Recorder(5)), BOOTED, "edge", COMMIT)
+        stage(System(Path("/"), Recorder(5)), BOOTED, "edge", COMMIT, print)
 
 
 def test_the_simulation_deploys_at_once_without_systemd(tmp_path: Path) -> None:
     runner = Recorder(0)
-    stage(System(tmp_path, runner), BOOTED, "edge", COMMIT)
+    stage(System(tmp_path, runner), BOOTED, "edge", COMMIT, print)
     assert not any(c[0] == "systemctl" for c in runner.calls)
     assert "--stage" not in runner.calls[1]
+
+
+def test_a_deploy_that_fails_before_the_deployment_exists_names_ostree_s_reason(
+        tmp_path: Path) -> None:
+    runner = Recorder(0, deploy_fails=True)
+    with pytest.raises(UpdateRefused) as caught:
+        stage(System(tmp_path, runner), BOOTED, "edge", COMMIT, print)
+    assert str(caught.value).startswith(
+        "ostree admin deploy failed: Locking repo exclusive failed: Resource temporarily "
+        "unavailable; ")
+    assert "hint: nothing was staged" in str(caught.value)
+
+
+def test_a_deploy_that_failed_after_making_the_deployment_the_default_staged_it(
+        tmp_path: Path) -> None:
+    """What counts is `ostree admin status`: the run reported a failure while the device
+    would boot the new deployment (issue 42)."""
+    lines: list[str] = []
+    runner = Recorder(0, deploy_fails=True, default=COMMIT)
+    stage(System(tmp_path, runner), BOOTED, "edge", COMMIT, lines.append)
+    assert len(lines) == 1 and lines[0].startswith(
+        "ostree admin deploy failed: Locking repo exclusive failed")
+    assert lines[0].endswith(f"`ostree admin status` shows {COMMIT[:12]} as the next "
+                             "deployment: it is staged")
