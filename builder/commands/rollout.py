@@ -15,8 +15,11 @@ from builder.commands.options import add_rollout_options, add_signing_options, r
 from builder.context import Context
 from builder.core.errors import InputError
 
+PEM_LIMIT = 8192
+
 if TYPE_CHECKING:
     from builder.rollout.admin import Signer, Site
+    from builder.rollout.collector import Limits
     from builder.rollout.store import Store
 
 
@@ -66,6 +69,12 @@ def register(sub: Any) -> None:
                        help="where to listen (default 127.0.0.1:8480; port 0: any free one)")
     serve.add_argument("--enrolled-only", action="store_true",
                        help="take verdicts of enrolled devices only (`rollout enroll`)")
+    _limit_options(serve)
+    serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                       help="drop a client whose request headers are not whole by then "
+                            "(default 10)")
+    serve.add_argument("--request-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                       help="drop a client whose request is not whole by then (default 30)")
     serve.set_defaults(func=cmd_serve)
     collect = action("collect", "take verdict files (a site's outbox on a USB stick)",
                      signs=True, ref=False)
@@ -73,12 +82,31 @@ def register(sub: Any) -> None:
                          help="verdict files, or directories of them")
     collect.add_argument("--enrolled-only", action="store_true",
                          help="take verdicts of enrolled devices only")
+    _limit_options(collect)
     collect.set_defaults(func=cmd_collect)
     enroll = action("enroll", "pin a device's public key before its first verdict", ref=False)
     enroll.add_argument("machine_id", help="the device's /etc/machine-id")
     enroll.add_argument("public_key", type=Path, help="its public key (PEM: `openssl pkey "
                         "-in /var/lib/microshift-update/device-key.pem -pubout`)")
+    enroll.add_argument("--label", action="append", default=[], metavar="NAME=VALUE",
+                        help="pin a label of the device (repeat for each; its labels: in "
+                             "update.yaml); without any, its first verdict pins them")
     enroll.set_defaults(func=cmd_enroll)
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-verdicts-per-device", type=int, default=200, metavar="N",
+                        help="refuse a device's verdicts for one rollout past N (default 200)")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0.1 and 3600 seconds")
+    return value
 
 
 def _site(args: argparse.Namespace) -> Site:
@@ -170,50 +198,74 @@ def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _collector(ctx: Context, args: argparse.Namespace) -> Any:
+def _collector(ctx: Context, args: argparse.Namespace, limits: Limits) -> Any:
     from builder.rollout.collector import Collector
 
     signer = _maybe_signer(ctx, args)
     if signer is None:
         ctx.progress.warn("no release key (--gpg-homedir/--gpg-key): a wave over its halt "
                           "threshold is reported, not halted")
+    if not 1 <= limits.max_verdicts <= 1_000_000:
+        raise InputError("command line", "--max-verdicts-per-device",
+                         f"{limits.max_verdicts} is not from 1 to 1000000")
     return Collector(_site(args), _store(args, create=True), signer, args.enrolled_only,
-                     ctx.progress.info)
+                     ctx.progress.info, limits)
 
 
 def cmd_serve(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.rollout.collector import serve
+    from builder.rollout.collector import Limits, serve
 
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit() or not host or int(port) > 65535:
         raise InputError("command line", "--listen", f"{args.listen!r} is not HOST:PORT")
-    collector = _collector(ctx, args)
+    collector = _collector(ctx, args, Limits(args.header_timeout, args.request_timeout,
+                                             args.max_verdicts_per_device))
     serve(collector, host, int(port),
           lambda url: ctx.progress.info(f"collector listening on {url}", url=url))
     return 0
 
 
 def cmd_collect(ctx: Context, args: argparse.Namespace) -> int:
-    tally = _collector(ctx, args).collect(args.paths)
+    """Every good file recorded, every bad one named; exit 1 when any was refused."""
+    from builder.rollout.collector import Limits
+
+    limits = Limits(max_verdicts=args.max_verdicts_per_device)
+    tally, problems = _collector(ctx, args, limits).collect(args.paths)
+    for line in problems:
+        ctx.progress.warn(line)
     ctx.progress.info("verdict files: " + (", ".join(f"{k} {v}" for k, v in
                                                      sorted(tally.items())) or "none"),
                       **tally)
-    return 0
+    return 1 if problems else 0
 
 
 def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.verify import Refused, public_key_of
+    from builder.updater.rollout import LABEL_RE
 
     try:
-        pem = args.public_key.read_text()
-        public_key_of(pem)
+        with args.public_key.open("rb") as handle:
+            pem = handle.read(PEM_LIMIT + 1).decode("ascii")
     except (OSError, UnicodeError) as exc:
         raise InputError(str(args.public_key), "", f"cannot be read ({exc})") from None
+    if len(pem) > PEM_LIMIT:
+        raise InputError(str(args.public_key), "", f"is over {PEM_LIMIT} bytes: not a public "
+                         "key")
+    try:
+        public_key_of(pem)
     except Refused as exc:
         raise InputError(str(args.public_key), "", exc.detail) from None
     if not args.machine_id.isalnum() or len(args.machine_id) > 64:
         raise InputError("command line", "machine_id", f"{args.machine_id!r} is not a "
                          "machine id")
-    _store(args, create=True).enroll(args.machine_id, pem)
-    ctx.progress.info(f"enrolled {args.machine_id}: its verdicts must carry this key")
+    labels: dict[str, str] = {}
+    for text in args.label:
+        name, sep, value = text.partition("=")
+        if not sep or not LABEL_RE.match(name) or not LABEL_RE.match(value):
+            raise InputError("command line", "--label", f"{text!r} is not NAME=VALUE (letters, "
+                             "digits, '.', '_', '/', '-')")
+        labels[name] = value
+    _store(args, create=True).enroll(args.machine_id, pem, labels or None)
+    ctx.progress.info(f"enrolled {args.machine_id}: its verdicts must carry this key"
+                      + (f" and the labels {labels}" if labels else ""))
     return 0

@@ -180,6 +180,8 @@ class Doc:
         return dict(value)
 
     def equals(self, key: str, expected: T, allowed: str) -> T:
+        if key not in self.data:
+            raise self.fail(key, f"is missing; allowed: {allowed}")
         if self.data.get(key) != expected:
             value = self.data.get(key)
             shown = repr(value)[:80] if isinstance(value, (str, int, float)) else kind(value)

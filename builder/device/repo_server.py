@@ -8,6 +8,11 @@ offsets of the delta files), and counters of requests, bytes and the byte ranges
 
 The repository is served at /, or, with `mounts`, as a published site is laid out
 (builder/publish/upload.py): /repo/ and /updates/ from their own directories.
+
+`misbehave` makes it a hostile server for the paths matching a pattern, as the updater's
+hostile tests need (tests/updater/test_hostile.py): `dribble` sends the body a byte at a
+time, `slow-headers` the status line and headers a byte at a time, `endless` a body that
+never ends, `404` says the file is not there, `500` that the server failed.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from builder.core.http_thread import ServedInThread
 
 CHUNK = 64 * 1024
+BEHAVIOURS = ("dribble", "slow-headers", "endless", "404", "500")
 
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
@@ -63,6 +69,8 @@ class _RepoHTTPServer(ThreadingHTTPServer):
         self.cut_points: list[int] = []    # offsets in .delta files where the link drops
         self.stats = ServeStats()
         self.lock = threading.Lock()
+        self.hostile: list[tuple[re.Pattern[str], str]] = []
+        self.hostile_interval = 1.0    # seconds between the bytes a dribble sends
 
 
 class _RepoHandler(BaseHTTPRequestHandler):
@@ -70,6 +78,7 @@ class _RepoHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
+        self.dribble = False
         try:
             self._serve(send_body=True)
         except (BrokenPipeError, ConnectionResetError):
@@ -84,6 +93,9 @@ class _RepoHandler(BaseHTTPRequestHandler):
             srv.stats.requests += 1
         if srv.latency:
             time.sleep(srv.latency)
+        how = next((how for pattern, how in srv.hostile if pattern.search(self.path)), None)
+        if how is not None and self._misbehave(how):
+            return
         path = self._resolve()
         if path is None:
             self.send_error(404)
@@ -105,6 +117,31 @@ class _RepoHandler(BaseHTTPRequestHandler):
             with path.open("rb") as handle:
                 handle.seek(start)
                 self._copy(handle, path, start, end)
+
+    def _misbehave(self, how: str) -> bool:
+        """Play the hostile server; False when the answer is the file after all (dribble,
+        whose slowness is in _copy)."""
+        interval = self.server.hostile_interval
+        if how in ("404", "500"):
+            self.send_error(int(how))
+        elif how == "slow-headers":
+            head = b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx"
+            for byte in head:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(interval)
+        elif how == "endless":
+            self.send_response(200)
+            self.end_headers()
+            while True:
+                self.wfile.write(b"{" * 4096)
+                self.wfile.flush()
+                time.sleep(interval / 100)
+        else:
+            self.dribble = True
+            return False
+        self.close_connection = True
+        return True
 
     def _range(self, size: int) -> tuple[int, int] | None:
         """(first byte, end) to send; None when a 416 was answered."""
@@ -128,8 +165,11 @@ class _RepoHandler(BaseHTTPRequestHandler):
         srv = self.server
         is_delta = path.suffix == ".delta"
         offset = start
+        dribble = getattr(self, "dribble", False)
         while offset < end:
-            chunk = handle.read(min(CHUNK, end - offset))
+            if dribble:
+                time.sleep(srv.hostile_interval)
+            chunk = handle.read(1 if dribble else min(CHUNK, end - offset))
             if not chunk:
                 break
             with srv.lock:
@@ -220,6 +260,15 @@ class RepoServer(ServedInThread):
         """Drop the link once at each offset of a .delta file's bytes as they are served."""
         with self._httpd.lock:
             self._httpd.cut_points = sorted(offsets)
+
+    def misbehave(self, pattern: str, how: str, interval: float = 1.0) -> None:
+        """Answer requests whose path matches `pattern` (a regular expression) as a hostile
+        server would (BEHAVIOURS)."""
+        if how not in BEHAVIOURS:
+            raise ValueError(f"{how!r} is not one of {', '.join(BEHAVIOURS)}")
+        with self._httpd.lock:
+            self._httpd.hostile.append((re.compile(pattern), how))
+            self._httpd.hostile_interval = interval
 
     def drop_link_after(self, nbytes: int | None) -> None:
         """Cut every transfer once `nbytes` of body have been served; None restores the link."""

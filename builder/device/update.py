@@ -40,6 +40,9 @@ class UpdateOptions:
     interruptions: int = 0          # cut the link this many times inside the delta file
     seed: int = 0                   # where the cuts fall
     config: dict[str, Any] = field(default_factory=dict)  # update.yaml, as an admin sets it
+    # (path pattern, behaviour, seconds between bytes): the server turns hostile there
+    # (builder/device/repo_server.py `misbehave`)
+    hostile: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,8 @@ def run_updater(device: Device, repo: Path, options: UpdateOptions
         device.runner.run(["ostree", f"--repo={device.repo.path}", "config", "set",
                            f'remote "{REMOTE}".url', server.url])
         server.cut_delta_at(_cut_points(root, repo, options))
+        for pattern, how, interval in options.hostile:
+            server.misbehave(pattern, how, interval)
         wire0 = throttled.server_tx_bytes() if throttled else 0
         report = _run(device, root, prefix, server)
         wire = throttled.server_tx_bytes() - wire0 if throttled else None

@@ -6,7 +6,10 @@
     GET  /healthz     200 while the collector runs
 
 An aiohttp application; each verdict is checked and recorded in one SQLite transaction
-that commits before the answer (builder/rollout/store.py). A rolled-back verdict that takes
+that commits before the answer (builder/rollout/store.py). Every connection serves one
+request and has deadlines (`Limits`): complete request headers within `header_seconds` of
+connecting, the whole request within `request_seconds`; a client slower than that is
+dropped with one log line, as is one that hangs up (no traceback). A rolled-back verdict that takes
 its wave over the halt threshold halts the rollout there and then: the statement is
 re-signed as halted (builder/rollout/admin.py) before the device is answered. It speaks
 plain HTTP: verdicts are signed, so nobody can forge one, but they are not confidential;
@@ -20,19 +23,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, ClientError, web
 
 from builder.core.errors import BuildError
 from builder.rollout.admin import Signer, Site, halt_if_over, status
-from builder.rollout.store import Store
+from builder.rollout.guard import guarded
+from builder.rollout.store import MAX_VERDICTS, Store
 from builder.rollout.verify import Refused, Verdict, check
+from builder.updater.rollout import Rollout
 from builder.updater.verdicts import MAX_VERDICT
+
+
+@dataclass(frozen=True)
+class Limits:
+    header_seconds: float = 10.0    # to send the request line and headers
+    request_seconds: float = 30.0   # to send the whole request
+    max_verdicts: int = MAX_VERDICTS   # per device and rollout
 
 
 @dataclass
@@ -42,6 +55,7 @@ class Collector:
     signer: Signer | None
     enrolled_only: bool
     log: Callable[[str], None]
+    limits: Limits = field(default_factory=Limits)
 
     def take(self, body: bytes) -> tuple[int, dict[str, Any]]:
         """(HTTP status, answer) for one verdict; every refusal is counted."""
@@ -52,7 +66,8 @@ class Collector:
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
         try:
             new = self.store.record(verdict, enrolled_only=self.enrolled_only,
-                                    known=self._known(verdict))
+                                    rollout=self._rollout(verdict),
+                                    max_verdicts=self.limits.max_verdicts)
         except Refused as refused:
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
         answer: dict[str, Any] = {"recorded": new}
@@ -63,38 +78,56 @@ class Collector:
                 answer["halted"] = reason
         return (201 if new else 200), answer
 
-    def _known(self, verdict: Verdict) -> bool:
+    def _rollout(self, verdict: Verdict) -> Rollout | None:
+        """The published rollout the verdict names, or None."""
         try:
             _, _, rollout = self.site.statement(verdict.ref)
         except BuildError:
-            return False
-        return rollout.id == verdict.rollout and rollout.commit == verdict.commit
+            return None
+        if rollout.id == verdict.rollout and rollout.commit == verdict.commit:
+            return rollout
+        return None
 
-    def collect(self, paths: list[Path]) -> dict[str, int]:
-        """Verdict files (or directories of them): counted by what became of each."""
+    def collect(self, paths: list[Path]) -> tuple[dict[str, int], list[str]]:
+        """Verdict files (or directories of them): counted by what became of each, and
+        one line for each file refused or unreadable. One bad file never stops the rest."""
         tally: dict[str, int] = {}
+        problems: list[str] = []
         for path in paths:
             for file in sorted(path.glob("*.json")) if path.is_dir() else [path]:
                 try:
-                    body = file.read_bytes()
+                    with file.open("rb") as handle:
+                        body = handle.read(MAX_VERDICT + 1)
                 except OSError as exc:
-                    raise BuildError(f"{file}: {exc.strerror or exc}") from exc
+                    tally["unreadable"] = tally.get("unreadable", 0) + 1
+                    problems.append(f"{file}: cannot be read ({exc.strerror or exc})")
+                    continue
                 code, answer = self.take(body)
                 what = answer.get("refused") or ("recorded" if code == 201 else "duplicate")
                 tally[what] = tally.get(what, 0) + 1
-        return tally
+                if "refused" in answer:
+                    problems.append(f"{file}: refused ({what}): {answer['detail']}")
+        return tally, problems
 
 
 def make_app(collector: Collector) -> web.Application:
     # Bodies up to the limit plus one reach the handler, which counts what is over it.
-    app = web.Application(client_max_size=MAX_VERDICT + 1)
+    app = web.Application(client_max_size=MAX_VERDICT + 1, middlewares=[_one_request])
 
     async def verdicts(request: web.Request) -> web.Response:
         try:
-            body = await request.read()
+            body = await asyncio.wait_for(request.read(), collector.limits.request_seconds)
         except web.HTTPRequestEntityTooLarge:
             collector.store.refuse("too-large")
             return web.json_response({"refused": "too-large"}, status=413)
+        except TimeoutError:
+            collector.log(f"dropped a slow client {request.remote}: no whole verdict within "
+                          f"{collector.limits.request_seconds:g} s")
+            return web.json_response({"refused": "too-slow"}, status=408)
+        except (ConnectionError, ClientError) as exc:
+            collector.log(f"a client {request.remote} hung up before its verdict was whole "
+                          f"({type(exc).__name__})")
+            raise web.HTTPBadRequest() from None
         code, answer = collector.take(body)
         return web.json_response(answer, status=code)
 
@@ -112,22 +145,58 @@ def make_app(collector: Collector) -> web.Application:
     return app
 
 
+@web.middleware
+async def _one_request(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every answer closes its connection: a connection's deadlines (builder/rollout/guard.py)
+    then bound all it does, and no idle kept-alive connection waits for a slow client."""
+    response: web.StreamResponse = await handler(request)
+    response.force_close()
+    return response
+
+
 def serve(collector: Collector, host: str, port: int,
           ready: Callable[[str], None]) -> None:
     """Serve until stopped (SIGTERM or SIGINT end it cleanly; SIGKILL loses nothing)."""
+    limits = collector.limits
+
     async def main() -> None:
-        runner = web.AppRunner(make_app(collector), handle_signals=True)
+        # access_log=None: a line per verdict is the store's to count; hang-ups and slow
+        # clients get a line of their own, and aiohttp's tracebacks for them are silenced.
+        # lingering_time: after answering a request whose body it did not read (too large,
+        # too slow), aiohttp reads on for a while so the client sees the answer; 2 s, not
+        # its 10, or a slow client keeps the connection that long.
+        runner = web.AppRunner(make_app(collector), handle_signals=True, access_log=None,
+                               lingering_time=2.0)
         await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        bound = sockets[0].getsockname()[1] if sockets else port
+        loop = asyncio.get_running_loop()
+        assert runner.server is not None  # made by setup()
+        lifetime = limits.header_seconds + limits.request_seconds + 30.0
+        server = await loop.create_server(
+            guarded(runner.server, limits.header_seconds, lifetime, collector.log),
+            host, port, reuse_address=True)
+        bound = server.sockets[0].getsockname()[1] if server.sockets else port
         ready(f"http://{host}:{bound}/verdicts")
         try:
             await asyncio.Event().wait()
         finally:
+            server.close()
             await runner.cleanup()
 
-    with contextlib.suppress(KeyboardInterrupt, web.GracefulExit):
-        asyncio.run(main())
+    quiet = _Quiet()
+    for name in ("aiohttp.server", "aiohttp.web", "asyncio"):
+        logging.getLogger(name).addFilter(quiet)
+    try:
+        with contextlib.suppress(KeyboardInterrupt, web.GracefulExit):
+            asyncio.run(main())
+    finally:
+        for name in ("aiohttp.server", "aiohttp.web", "asyncio"):
+            logging.getLogger(name).removeFilter(quiet)
+
+
+class _Quiet(logging.Filter):
+    """A client that hangs up is not the collector's error: aiohttp and asyncio log such a
+    connection's end with a traceback; the collector's own line says it instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not isinstance(error, (ConnectionError, ClientConnectionResetError))

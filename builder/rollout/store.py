@@ -5,26 +5,30 @@ before the device is answered, so a collector killed with SIGKILL (or a machine 
 power) keeps every verdict it answered 201; one it had not answered, the device still has
 in its outbox and sends again.
 
-Trust: a device's public key is pinned to its machine id the first time a verdict of it
-arrives (trust on first use), or ahead of that by `rollout enroll`; with `enrolled_only`
-the collector takes verdicts of enrolled devices only.
+Trust: a device's public key and labels are pinned to its machine id the first time a
+verdict of it arrives (trust on first use), or ahead of that by `rollout enroll`; with
+`enrolled_only` the collector takes verdicts of enrolled devices only. The labels decide,
+with the device's place, which wave it is in: a verdict for another wave, or for a wave that
+is not open, is refused (builder/rollout/verify.py `check_wave`), and so is a device's
+verdict past `max_verdicts` for one rollout.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import BuildError
-from builder.rollout.verify import Refused, Verdict
+from builder.rollout.verify import Refused, Verdict, check_wave
 from builder.updater.rollout import Rollout
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
     machine_id TEXT PRIMARY KEY, public_key TEXT NOT NULL, enrolled INTEGER NOT NULL,
-    first_seen INTEGER NOT NULL, last_seq INTEGER NOT NULL DEFAULT -1);
+    first_seen INTEGER NOT NULL, last_seq INTEGER NOT NULL DEFAULT -1, labels TEXT);
 CREATE TABLE IF NOT EXISTS verdicts (
     digest TEXT PRIMARY KEY, machine_id TEXT NOT NULL, seq INTEGER NOT NULL,
     time INTEGER NOT NULL, received INTEGER NOT NULL, ref TEXT NOT NULL,
@@ -32,6 +36,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     event TEXT NOT NULL, from_commit TEXT NOT NULL, from_version TEXT NOT NULL,
     version TEXT NOT NULL, boots INTEGER NOT NULL, failed_check TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS verdicts_rollout ON verdicts (rollout, commit_id);
+CREATE INDEX IF NOT EXISTS verdicts_device ON verdicts (machine_id, rollout, commit_id);
 CREATE TABLE IF NOT EXISTS refusals (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
 """
 REACHED = {  # a device's furthest event -> the columns of `rollout status` it counts in
@@ -42,6 +47,7 @@ REACHED = {  # a device's furthest event -> the columns of `rollout status` it c
 }
 DUPLICATE = "duplicate"
 ORDER = ("offered", "downloaded", "staged", "green", "rolled-back")
+MAX_VERDICTS = 200   # per device and rollout: a run every hour for a week, and more
 
 
 @dataclass
@@ -68,6 +74,9 @@ class Store:
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA busy_timeout=10000")
             self.db.executescript(SCHEMA)
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}
+            if "labels" not in columns:  # a database of the collector before labels
+                self.db.execute("ALTER TABLE devices ADD COLUMN labels TEXT")
         except sqlite3.DatabaseError as exc:
             raise BuildError(f"{path}: not a rollout database ({exc})") from exc
         self.path = path
@@ -88,19 +97,25 @@ class Store:
                               (DUPLICATE,)).fetchone()
         return int(row[0]) if row else 0
 
-    def enroll(self, machine_id: str, public_key: str) -> None:
-        self.db.execute("INSERT INTO devices (machine_id, public_key, enrolled, first_seen) "
-                        "VALUES (?, ?, 1, ?) ON CONFLICT(machine_id) DO UPDATE SET "
-                        "public_key = excluded.public_key, enrolled = 1",
-                        (machine_id, public_key, int(time.time())))
+    def enroll(self, machine_id: str, public_key: str,
+               labels: dict[str, str] | None = None) -> None:
+        """Pin the key (and, when given, the labels) of a device ahead of its verdicts."""
+        pinned = None if labels is None else _labels_text(labels)
+        self.db.execute("INSERT INTO devices (machine_id, public_key, enrolled, first_seen, "
+                        "labels) VALUES (?, ?, 1, ?, ?) ON CONFLICT(machine_id) DO UPDATE SET "
+                        "public_key = excluded.public_key, enrolled = 1, "
+                        "labels = excluded.labels",
+                        (machine_id, public_key, int(time.time()), pinned))
 
-    def record(self, verdict: Verdict, *, enrolled_only: bool,
-               known: bool) -> bool:
+    def record(self, verdict: Verdict, *, enrolled_only: bool, rollout: Rollout | None,
+               max_verdicts: int = MAX_VERDICTS) -> bool:
         """Record a checked verdict in one transaction; False for an identical resend.
-        Raises Refused (and counts it) for a device or sequence the store refuses."""
+        Raises Refused (and counts it) for a device, sequence, rollout or wave the store
+        refuses. `rollout` is the published rollout the verdict names (None: none is)."""
         try:
             self.db.execute("BEGIN IMMEDIATE")
-            new = self._record(verdict, enrolled_only=enrolled_only, known=known)
+            new = self._record(verdict, enrolled_only=enrolled_only, rollout=rollout,
+                               max_verdicts=max_verdicts)
             self.db.execute("COMMIT")
             return new
         except Refused as refused:
@@ -111,9 +126,10 @@ class Store:
             self.db.execute("ROLLBACK")
             raise
 
-    def _record(self, verdict: Verdict, *, enrolled_only: bool, known: bool) -> bool:
-        row = self.db.execute("SELECT public_key, last_seq FROM devices WHERE machine_id = ?",
-                              (verdict.machine_id,)).fetchone()
+    def _record(self, verdict: Verdict, *, enrolled_only: bool, rollout: Rollout | None,
+                max_verdicts: int) -> bool:
+        row = self.db.execute("SELECT public_key, last_seq, labels FROM devices WHERE "
+                              "machine_id = ?", (verdict.machine_id,)).fetchone()
         if row is None and enrolled_only:
             raise Refused("unknown-device", f"{verdict.machine_id} is not enrolled")
         if row is not None and row[0] != verdict.public_key:
@@ -127,16 +143,27 @@ class Store:
             return False
         if row is not None and verdict.seq <= row[1]:
             raise Refused("replayed", f"seq {verdict.seq} is not above {row[1]}")
-        if not known:
+        if rollout is None:
             raise Refused("unknown-rollout", f"no published rollout {verdict.rollout} of "
                                              f"{verdict.commit[:12]}")
+        labels = _labels_text(verdict.label_map())
+        if row is not None and row[2] is not None and row[2] != labels:
+            raise Refused("foreign-labels", f"{verdict.machine_id} reports labels {labels}, "
+                                            f"{row[2]} are pinned")
+        check_wave(rollout, verdict)
+        sent = self.db.execute("SELECT count(*) FROM verdicts WHERE machine_id = ? AND "
+                               "rollout = ? AND commit_id = ?", (verdict.machine_id,
+                               verdict.rollout, verdict.commit)).fetchone()[0]
+        if sent >= max_verdicts:
+            raise Refused("too-many", f"{verdict.machine_id} sent {sent} verdicts for rollout "
+                                      f"{verdict.rollout}, the limit")
         if row is None:
-            self.db.execute("INSERT INTO devices VALUES (?, ?, 0, ?, ?)",
+            self.db.execute("INSERT INTO devices VALUES (?, ?, 0, ?, ?, ?)",
                             (verdict.machine_id, verdict.public_key, int(time.time()),
-                             verdict.seq))
+                             verdict.seq, labels))
         else:
-            self.db.execute("UPDATE devices SET last_seq = ? WHERE machine_id = ?",
-                            (verdict.seq, verdict.machine_id))
+            self.db.execute("UPDATE devices SET last_seq = ?, labels = ? WHERE machine_id = ?",
+                            (verdict.seq, labels, verdict.machine_id))
         self.db.execute(
             "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (verdict.digest, verdict.machine_id, verdict.seq, verdict.time, int(time.time()),
@@ -166,5 +193,14 @@ class Store:
                 counts.failed_checks[key] = counts.failed_checks.get(key, 0) + 1
         return waves
 
+    def device_labels(self, machine_id: str) -> dict[str, str] | None:
+        row = self.db.execute("SELECT labels FROM devices WHERE machine_id = ?",
+                              (machine_id,)).fetchone()
+        return None if row is None or row[0] is None else dict(json.loads(row[0]))
+
     def verdict_count(self) -> int:
         return int(self.db.execute("SELECT count(*) FROM verdicts").fetchone()[0])
+
+
+def _labels_text(labels: dict[str, str]) -> str:
+    return json.dumps(labels, sort_keys=True, separators=(",", ":"))

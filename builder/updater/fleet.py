@@ -76,7 +76,7 @@ class Fleet:
                    "rollout": self.place.rollout.id, "commit": self.place.rollout.commit,
                    "wave": self.place.wave, "event": event, "from_commit": "",
                    "from_version": "", "version": "", "boots": 0, "failed_check": "",
-                   **fields}
+                   "labels": self.config.label_map(), **fields}
         report(self.outbox, payload, self.log)
 
     def staged(self, outcome: Outcome) -> None:
@@ -100,7 +100,9 @@ class Fleet:
         except BuildError as exc:
             self.log(f"verdict {verdict} not made: {exc}")
             return
-        report(self.outbox, outcome.payload(verdict, machine), self.log)
+        # The labels place the device in its wave: the collector checks the claim.
+        report(self.outbox, {**outcome.payload(verdict, machine),
+                             "labels": self.config.label_map()}, self.log)
         self.outcomes.remove()
         self.log(f"{outcome.target[:12]} of rollout {outcome.rollout}: {verdict}")
 

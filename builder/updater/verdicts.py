@@ -6,7 +6,7 @@ device. Each verdict is a JSON payload, signed as bytes (no canonical form to ge
 
     {"format": VERDICT_FORMAT, "payload": BASE64, "signature": BASE64, "public_key": PEM}
     payload: {"machine_id", "seq", "time", "ref", "rollout", "commit", "wave", "event",
-              "from_commit", "from_version", "version", "boots", "failed_check"}
+              "from_commit", "from_version", "version", "boots", "failed_check", "labels"}
 
 `event` is offered (its wave is open: it starts), downloaded, staged, then green or
 rolled-back once greenboot has judged the new release. `seq` grows with every verdict the

@@ -66,10 +66,13 @@ class DeviceIdentity:
 
     def verdict(self, event: str, wave: int = 0, commit: str = COMMIT,
                 rollout: str = "fleet-test", **fields: Any) -> bytes:
+        """Signed as the updater signs; wave 0 (lab) with the label that puts a device in
+        it, as update.yaml's `labels: {site: lab}` does."""
+        labels = {"site": "lab"} if wave == 0 else {}
         payload = {"machine_id": self.machine_id, "ref": REF, "rollout": rollout,
                    "commit": commit, "wave": wave, "event": event, "from_commit": "",
                    "from_version": "1.0", "version": "2.0", "boots": 0, "failed_check": "",
-                   **fields}
+                   "labels": labels, **fields}
         path = self.outbox.add(payload)
         body = path.read_bytes()
         path.unlink()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from builder.rollout.store import Store
+from builder.updater.fetch import Patience
 from tests.rollout.support import REF, devices, make_site, rollout_of, statement_verifies
 from tests.support.cli import PROJECT_ROOT, run_cli
 from tests.support.keys import ReleaseKey
@@ -29,11 +30,13 @@ EVENTS = ("offered", "downloaded", "staged")
 
 
 @contextmanager
-def collector(site: Path, db: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+def collector(site: Path, db: Path, *options: str
+              ) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "builder", "--json", "rollout", "serve",
-                             "--site", str(site), "--db", str(db), "--listen", "127.0.0.1:0"],
+                             "--site", str(site), "--db", str(db), "--listen", "127.0.0.1:0",
+                             *options],
                             stderr=subprocess.PIPE, env=env, cwd=PROJECT_ROOT)
     try:
         assert proc.stderr is not None
@@ -60,7 +63,8 @@ def test_a_collector_killed_mid_stream_loses_no_verdict(tmp_path: Path,
             device.outbox.add({"machine_id": device.machine_id, "ref": REF,
                                "rollout": "fleet-test", "commit": "c" * 64, "wave": 0,
                                "event": event, "from_commit": "", "from_version": "",
-                               "version": "", "boots": 0, "failed_check": ""})
+                               "version": "", "boots": 0, "failed_check": "",
+                               "labels": {"site": "lab"}})
     total = len(fleet) * len(EVENTS)
     with collector(site, db) as (proc, url):
         stop = threading.Event()
@@ -69,7 +73,7 @@ def test_a_collector_killed_mid_stream_loses_no_verdict(tmp_path: Path,
             for device in fleet:
                 if stop.is_set():
                     return
-                device.outbox.send(url, 5.0, lambda line: None)
+                device.outbox.send(url, Patience(timeout=5.0), lambda line: None)
 
         sender = threading.Thread(target=stream)
         sender.start()
@@ -85,7 +89,7 @@ def test_a_collector_killed_mid_stream_loses_no_verdict(tmp_path: Path,
     store.close()
     with collector(site, db) as (_, url):
         for device in fleet:   # the devices' next runs
-            device.outbox.send(url, 5.0, lambda line: None)
+            device.outbox.send(url, Patience(timeout=5.0), lambda line: None)
         assert all(not d.outbox.pending() for d in fleet)
     store = Store(db)
     assert store.verdict_count() == total and store.refusals() == {}
@@ -102,9 +106,12 @@ def test_status_and_collect_from_the_command_line(tmp_path: Path, release_key: R
         (stick / device.machine_id).mkdir(parents=True)
         (stick / device.machine_id / "v.json").write_bytes(device.verdict("green"))
     (stick / "garbage.json").write_text("{}")
+    # Every good file is recorded, the bad one named; the exit status says one was refused.
     assert run_cli("rollout", "collect", "--site", site, "--db", db,
-                   *sorted(stick.iterdir())) == 0
-    assert "verdict files: malformed 1, recorded 3" in capsys.readouterr().err
+                   *sorted(stick.iterdir())) == 1
+    err = capsys.readouterr().err
+    assert "verdict files: malformed 1, recorded 3" in err
+    assert f"{stick / 'garbage.json'}: refused (malformed): verdict: format is missing" in err
     assert run_cli("rollout", "status", "--site", site, "--db", db, "--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["waves"][0]["green"] == 3 and report["refused"] == {"malformed": 1}
