@@ -91,6 +91,11 @@ GREENBOOT_MUTANTS: list[Mutant] = [
     (FUNCTIONS, '[[ ! "${max}" =~ ^[1-9]$ ]]', '[[ ! "${max}" =~ ^[0-9]+$ ]]'),
     (FUNCTIONS, 'if [ "${now}" -ge "${deadline}" ] ; then', 'if false ; then'),
     (FUNCTIONS, '[ "${body}" = "ok" ] || return 1', 'true'),
+    # The API check asks both endpoints (issue 46: ignoring /readyz went unnoticed).
+    (FUNCTIONS, "    for endpoint in /readyz /livez ; do", "    for endpoint in /livez ; do"),
+    (FUNCTIONS, "    for endpoint in /readyz /livez ; do", "    for endpoint in /readyz ; do"),
+    (FUNCTIONS, 'body="$(api_get "${endpoint}" 2>/dev/null)" || return 1',
+     'body="$(api_get "${endpoint}" 2>/dev/null)" || true'),
     (FUNCTIONS, '[[ ! "${kind}" =~ ^(deployment|daemonset|statefulset)$ ]]', 'false'),
     (CHECK, 'true)" = "failed" ] ; then', 'true)" = "never" ] ; then'),
     (CHECK, '[ "$(systemctl is-active microshift.service 2>/dev/null || true)" = "active" ]',
@@ -99,28 +104,47 @@ GREENBOOT_MUTANTS: list[Mutant] = [
     (CHECK, 'if ! WORKLOADS="$(health_workloads)" ; then', 'if ! WORKLOADS="" ; then'),
 ]
 APPLY, RUN = "builder/updater/apply.py", "builder/updater/run.py"
+PULL, STATE = "builder/updater/pull.py", "builder/updater/state.py"
 UPDATER_MUTANTS: list[Mutant] = [
     (APPLY, "    if new < old:", "    if False:"),
     (APPLY, "    if proc.returncode != 0:", "    if False:"),
     (APPLY, '"--set=gpg-verify=true"', '"--set=gpg-verify=false"'),
     (APPLY, "        forget(system, commit)\n        raise UpdateRefused(f\"commit {commit[:12]} "
      "does not", "        raise UpdateRefused(f\"commit {commit[:12]} does not"),
-    (APPLY, "    verify_commit(system, commit, remote, keyrings)\n", "\n"),
+    (APPLY, "    verify_commit(system, commit, remote, keyrings, scratch)\n", "\n"),
     (RUN, "        if not self.config.allow_downgrade:", "        if False:"),
     (RUN, 'if self.system.remote_option(remote, "gpg-verify") == "false":', "if False:"),
     (RUN, "if delta is not None and delta.size > self.config.staging_max_bytes:", "if False:"),
-    (RUN, "        if target is not None and target in self._rolled_back():", "        if False:"),
+    (RUN, "        elif target in self._rolled_back():", "        elif False:"),
     (RUN, "        if target == booted.checksum:", "        if False:"),
     # The capped pull: around the relay, or no relay at all.
-    (RUN, "return apply.pull(self.system, remote, ref, relay.url)",
-     "return apply.pull(self.system, remote, ref)"),
-    (RUN, "        if why_not:", "        if True:"),
+    (PULL, "commit = apply.pull(system, remote, ref, relay.url, patience=patience)",
+     "commit = apply.pull(system, remote, ref, patience=patience)"),
+    (PULL, "    if why_not:", "    if True:"),
+]
+# Issue 42's safety checks, against the hostile suite: the booted or staged commit never
+# staged again, no reboot into the booted deployment, damaged state never read as empty,
+# the run's deadline, children that die with the run.
+HOSTILE_MUTANTS: list[Mutant] = [
+    (RUN, "        if index is None and self._nothing_new(booted, commit, None):",
+     "        if False:"),
+    (RUN, "        if pending is None or pending == booted.checksum:", "        if False:"),
+    (STATE, "        raise DamagedState(path, exc.problem if not exc.field else",
+     "        return None\n        raise DamagedState(path, exc.problem if not exc.field else"),
+    ("builder/updater/fetch.py", "        if patience.deadline is not None and now >= "
+     "patience.deadline:", "        if False:"),
+    ("builder/updater/children.py", '    return (setpriv, "--pdeathsig", "KILL", "--") if '
+     'b"--pdeathsig" in proc.stdout else ()', "    return ()"),
+    ("builder/updater/download.py", "            elif response.status >= 500:",
+     "            elif response.status >= 400:"),
 ]
 HAND_MUTANTS: dict[str, tuple[list[str], list[Mutant]]] = {  # group: tests, mutants
     "greenboot": (["tests/device/test_greenboot.py"], GREENBOOT_MUTANTS),
     "updater-on-device": (["tests/device/test_update.py"], UPDATER_MUTANTS),
+    "updater-hostile": (["tests/device/test_hostile.py"], HOSTILE_MUTANTS),
 }
 KILLED = {1, 3, -24, 24, 152, 255, 36, -9}   # mutmut: test failure, error or timeout
+HAND_TIMEOUT = 1200   # seconds for a hand mutant's tests: more than they take unmutated
 SURVIVED = {0}
 NO_TESTS = {5, 33}
 
@@ -210,16 +234,20 @@ def run_hand_mutants(group: str) -> dict[str, Any]:
         if text.count(original) != 1:
             sys.exit(f"{file}: {original!r} should occur once (ci/mutation.py is stale)")
         path.write_text(text.replace(original, mutant))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
-                               "no:cacheprovider", *tests], cwd=work,
-                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-                              capture_output=True, text=True, check=False)
+        try:
+            returncode = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p",
+                                         "no:cacheprovider", *tests], cwd=work,
+                                        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+                                        capture_output=True, text=True, check=False,
+                                        timeout=HAND_TIMEOUT).returncode
+        except subprocess.TimeoutExpired:
+            returncode = -9   # a mutant that makes a bounded wait unbounded: killed
         name = f"{group}.{index}: {Path(file).name}: {original.strip()} -> {mutant.strip()}"
-        if proc.returncode == 0:
+        if returncode == 0:
             survived.append(name)
         else:
             killed += 1
-        print(f"      {'killed' if proc.returncode else 'SURVIVED'}: {name}", flush=True)
+        print(f"      {'killed' if returncode else 'SURVIVED'}: {name}", flush=True)
     total = len(mutants)
     return {"module": f"{group} (by hand)", "mutants": total, "killed": killed,
             "survived": survived, "no_tests": [], "score": round(killed / total, 4)}

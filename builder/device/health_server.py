@@ -31,11 +31,14 @@ class Health:
 
     ready_after: seconds until the API and the workloads are ready; None = never.
     crashloop: workloads ("namespace/name") whose pods never become ready.
+    failing: health endpoints ("/readyz", "/livez") that keep failing while everything
+    else is ready: an API server stuck unready, or ready but restarting (not live).
     """
 
     ready_after: float | None = 0.0
     crashloop: frozenset[str] = field(default_factory=frozenset)
     service_active: bool = True
+    failing: frozenset[str] = field(default_factory=frozenset)
 
     def describe(self) -> str:
         if not self.service_active:
@@ -44,6 +47,8 @@ class Health:
             return "the API server never becomes ready"
         if self.crashloop:
             return f"pods of {', '.join(sorted(self.crashloop))} crash-loop"
+        if self.failing:
+            return f"{', '.join(sorted(self.failing))} keep failing"
         if self.ready_after > 0:
             return f"ready {self.ready_after:g}s after start"
         return "healthy"
@@ -98,6 +103,11 @@ class ApiState:
             return False
         return time.monotonic() - started >= health.ready_after
 
+    def endpoint_ok(self, path: str) -> bool:
+        with self._lock:
+            failing = path in self._health.failing
+        return self.ready() and not failing
+
     def count_request(self) -> None:
         with self._lock:
             self.requests += 1
@@ -134,7 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         state.count_request()
         path = self.path.split("?", 1)[0]
         if path in ("/readyz", "/livez", "/healthz"):
-            if state.ready():
+            if state.endpoint_ok(path):
                 self._send(200, "text/plain", b"ok")
             else:
                 self._send(500, "text/plain",

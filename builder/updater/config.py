@@ -32,7 +32,7 @@ LIMITS = {  # key: (default, minimum, maximum, allowed text)
     "timeout_seconds": (60, 1, 3600, "1..3600 seconds"),
     "low_speed_bytes_per_second": (1000, 0, 10 * GIB,
                                    "0 (only silence stalls) or bytes per second"),
-    "run_deadline_seconds": (4 * 3600, 60, 23 * 3600, "60..82800 seconds"),
+    "run_deadline_seconds": (4 * 3600, 10, 23 * 3600, "10..82800 seconds"),
 }
 
 

@@ -121,6 +121,30 @@ def test_a_store_holding_another_image_than_resolved_is_refused(tmp_path: Path,
     assert refused.value.message == expected
 
 
+@pytest.mark.parametrize("stored_as", ["its architecture's image", "a re-pushed tag"])
+def test_an_image_stored_under_another_digest_than_its_reference_pins_is_refused(
+        tmp_path: Path, stored_as: str) -> None:
+    """CRI-O finds an image by the digest the manifests name (the manifest list's). A store
+    that holds it only under another digest (the per-architecture image's, or another image
+    pushed under the same tag) would leave a device that boots offline unable to start it:
+    the compose refuses it, naming both digests (issue 46)."""
+    [pause] = [img for img in CORE if img.name == "pause"]
+    [embedded] = embed(tmp_path, "aarch64", (pause,))
+    store = tmp_path / "tree" / STORE.lstrip("/")
+    images = store / "overlay-images/images.json"
+    [record] = json.loads(images.read_text())
+    other = (embedded.instance_digest if stored_as == "its architecture's image"
+             else "sha256:" + "e" * 64)
+    digests = {key: value for key, value in record["big-data-digests"].items()
+               if key != f"manifest-{pause.digest}"}
+    digests[f"manifest-{other}"] = other
+    images.write_text(json.dumps([{**record, "digest": other, "big-data-digests": digests}]))
+    with pytest.raises(BuildError) as refused:
+        verify_store(store, [embedded])
+    assert refused.value.message == (f"{pause.ref}: stored with digest {other}, expected "
+                                     f"{pause.digest} (copied from {embedded.source})")
+
+
 def test_a_registry_list_is_embedded_as_the_architectures_image(tmp_path: Path) -> None:
     layout = write_oci_layout(tmp_path / "layout", "core", "router")
     with registry({"sample/router": layout.layout}) as host:

@@ -206,6 +206,24 @@ def test_check_passes_when_everything_is_ready(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("endpoint", ["/readyz", "/livez"])
+def test_check_fails_within_its_budget_when_the_api_is_not_ready_or_not_live(
+        tmp_path: Path, endpoint: str) -> None:
+    """Every workload ready, but the API server answers one of its health endpoints with an
+    error (stuck unready, or ready while restarting): the boot is not healthy. Only the
+    API check can see it, so breaking that check must fail this test (issue 46)."""
+    root = make_root(tmp_path, base="2")
+    rc, out, seconds = run_check(tmp_path, root, Health(failing=frozenset({endpoint})))
+    assert rc == 1, out
+    assert "timed out after 2s waiting for: the API server is ready and live (/readyz, " \
+           "/livez)" in out
+    assert "ok: daemonset" not in out  # it failed at the API, before any workload
+    assert seconds < 2 + 20  # its budget, and the time bash and curl need under load
+    failure = root / "run/microshift-greenboot/healthcheck-failure.log"
+    assert "the API server is ready and live" in failure.read_text()
+
+
+@pytest.mark.integration
 def test_check_fails_on_a_crashlooping_component_and_names_it(tmp_path: Path) -> None:
     root = make_root(tmp_path, base="1")
     rc, out, _ = run_check(tmp_path, root,

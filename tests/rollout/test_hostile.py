@@ -56,8 +56,9 @@ def _public_key(tmp_path: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
-CRAFTED = {
-    "deep JSON": b'{"format": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+DEEP = b'{"format": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+CRAFTED: dict[str, bytes | None] = {
+    "deep JSON": DEEP,
     "deep payload": None,   # made in the test: a good envelope around a deep payload
     "a 5000-digit number": b'{"format": ' + b"9" * 5000 + b"}",
     "a key given twice": b'{"format": "a", "format": "b"}',
@@ -115,7 +116,7 @@ def test_collect_records_the_good_files_around_a_bad_one(tmp_path: Path,
     stick.mkdir()
     one, two = devices(tmp_path, 2)
     (stick / "1.json").write_bytes(one.verdict("staged"))
-    (stick / "2.json").write_bytes(CRAFTED["deep JSON"])
+    (stick / "2.json").write_bytes(DEEP)
     (stick / "3.json").write_bytes(_envelope(_public_key(tmp_path, "ecparam", "-name",
                                                          "sect571r1")))
     (stick / "4.json").write_bytes(two.verdict("staged"))
@@ -179,7 +180,7 @@ def test_a_device_is_limited_in_verdicts_per_rollout(tmp_path: Path,
 
 # --- hostile clients against `rollout serve` ---------------------------------------------
 def _connect(url: str) -> socket.socket:
-    host, port = url.split("//")[1].split("/")[0].split(":")
+    host, port = url.split("//")[1].split("/", maxsplit=1)[0].split(":")
     return socket.create_connection((host, int(port)), timeout=10)
 
 
@@ -215,8 +216,7 @@ def test_slow_clients_are_dropped_and_hang_ups_are_one_line(tmp_path: Path,
         assert _closed_within(slowloris, 10) and _closed_within(slow_body, 10)
         assert time.monotonic() - started < 10
         good = devices(tmp_path, 1)[0]
-        deep = CRAFTED["deep JSON"]
-        answers = [_post(url, body) for body in (deep, good.verdict("staged"))]
+        answers = [_post(url, body) for body in (DEEP, good.verdict("staged"))]
         assert answers == [400, 201]   # the collector goes on
         proc.terminate()
         assert proc.wait(timeout=30) == 0

@@ -5,6 +5,7 @@ gets its answer. Real sockets on loopback, short bounds."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -25,10 +26,8 @@ class Hostile(BaseHTTPRequestHandler):
     stop: ClassVar[threading.Event] = threading.Event()
 
     def do_GET(self) -> None:
-        try:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             getattr(self, "_" + self.path.strip("/").replace("-", "_"))()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def _good(self) -> None:
         self._head(200, len(BODY))
