@@ -56,6 +56,9 @@ MODULES: dict[str, list[str]] = {
     # The publish's summary dates; its other tests publish the composed pair (minutes).
     "builder/publish/upload.py": ["tests/publish/test_upload.py", "-k",
                                   "dated or keeps_the_published"],
+    # The embedded image cache: each image findable by the digest its reference pins, and
+    # the image of its architecture (issue 46).
+    "builder/compose/containers.py": ["tests/compose/test_containers.py"],
 }
 # Modules of which only some functions are safety checks: only those are mutated (the rest
 # builds the tree and is tested by whole composes, minutes per run).
@@ -70,6 +73,7 @@ MUTATED_FUNCTIONS: dict[str, list[str]] = {
     # Every locked RPM present with its sha256, downloaded from a URL repository if need be.
     "builder/compose/rootfs.py": ["verify_packages", "_download"],
     "builder/publish/upload.py": ["stamp_summary", "_published_signature"],
+    "builder/compose/containers.py": ["verify_store", "_check_stored_config", "_big_data"],
 }
 # What the tests read besides the package (specs, templates, schemas, the sample release).
 ALSO_COPY = ["specs", "blueprints", "kickstart", "schemas", "release.yaml", "bench", "ci"]

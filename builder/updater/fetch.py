@@ -151,14 +151,15 @@ class Watch:
                                    f"fetching {self.what} ({self.received} bytes of it in "
                                    "this request)",
                                    hint="the next run resumes where this one stopped")
+        # The caller names the request (GET URL, the file it downloads): the reason alone.
         if self.reason is not None:
-            return Stalled(f"{self.what}: {self.reason}")
+            return Stalled(self.reason)
         if isinstance(cause, socket.timeout):  # the socket's own timeout came first
             timeout = self.patience.timeout
-            return Stalled(f"{self.what}: no complete answer within {timeout:g} s "
-                           "(timeout_seconds)" if self.body_started is None else
-                           f"{self.what}: no byte for {timeout:g} s (timeout_seconds)")
-        return cause if cause is not None else ConnectionError(f"{self.what}: cut")
+            return Stalled(f"no complete answer within {timeout:g} s (timeout_seconds)"
+                           if self.body_started is None else
+                           f"no byte for {timeout:g} s (timeout_seconds)")
+        return cause if cause is not None else ConnectionError("the connection was cut")
 
 
 def _reraise(failure: BaseException, cause: BaseException) -> NoReturn:
