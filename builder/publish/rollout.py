@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.core.bounded_json import BadDocument, Doc, parse
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey
 from builder.publish.freshness import sign_timestamp
 from builder.updater.freshness import TIMESTAMP, Timestamp, parse_timestamp
-from builder.updater.index import INDEX, UpdateRefused
+from builder.updater.index import CHECKSUM, INDEX, MAX_METADATA, UpdateRefused
 from builder.updater.rollout import ID_RE, LABEL_RE, Rollout, Wave
 
 LOCK = ".rollout.lock"
@@ -126,12 +126,16 @@ def read_statement(ref_dir: Path) -> Timestamp | None:
 
 def index_head(ref_dir: Path) -> str:
     """The commit an index (REF_DIR/index.json) offers."""
+    path = ref_dir / INDEX
     try:
-        head = json.loads((ref_dir / INDEX).read_text()).get("to_commit")
-    except (OSError, ValueError) as exc:
-        raise BuildError(f"{ref_dir / INDEX}: not a readable update index ({exc})") from exc
-    if not isinstance(head, str):
-        raise BuildError(f"{ref_dir / INDEX}: names no to_commit")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise BuildError(f"{path}: not a readable update index ({exc.strerror})") from exc
+    try:
+        head: str = Doc(parse(data, str(path), limit=MAX_METADATA), str(path)).text(
+            "to_commit", pattern=CHECKSUM, allowed="a commit checksum")
+    except BadDocument as exc:
+        raise BuildError(str(exc)) from None
     return head
 
 

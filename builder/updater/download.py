@@ -23,9 +23,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from builder.core.bounded_json import BadDocument, parse
 from builder.core.errors import BuildError
 from builder.updater.fetch import DeadlineReached, Patience, Response, check_deadline, request
 from builder.updater.index import DeltaFile, UpdateRefused
+from builder.updater.state import write_atomic
 
 CHUNK = 64 * 1024
 SYNC_EVERY = 4 * 1024 * 1024
@@ -99,17 +101,16 @@ class Download:
         # The file's identity, not its URL: a mirror may move and the bytes stay the same.
         wanted = asdict(self.delta)
         try:
-            same = json.loads(state.read_text()) == wanted
-        except (OSError, ValueError):
+            # A damaged record only costs the bytes staged: the part is fetched again.
+            same = parse(state.read_bytes(), STATE, limit=64 * 1024) == wanted
+        except (OSError, BadDocument):
             same = False
         if not same or not self.part.is_file() or self.part.stat().st_size > self.delta.size:
             for leftover in self.staging.iterdir():
                 if leftover.is_file():
                     leftover.unlink()
             self.part.write_bytes(b"")
-            tmp = state.with_suffix(".new")
-            tmp.write_text(json.dumps(wanted, sort_keys=True) + "\n")
-            os.replace(tmp, state)
+            write_atomic(state, json.dumps(wanted, sort_keys=True) + "\n")
         self.transfer.resumed_from = self.part.stat().st_size
         self.report(self.transfer.resumed_from, self.delta.size)
 

@@ -75,7 +75,7 @@ def test_a_damaged_outcome_file_is_refused_not_taken_for_none(tmp_path: Path) ->
     assert not list(tmp_path.glob("*.new"))  # written whole, then renamed
     for damage in ("{not json", '{"ref": 7}', ""):
         file.path.write_text(damage)
-        with pytest.raises(DamagedState, match="outcome.json is damaged"):
+        with pytest.raises(DamagedState, match=r"outcome\.json is damaged"):
             file.read()
     file.remove()
     assert not file.path.exists()
