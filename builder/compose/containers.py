@@ -217,8 +217,11 @@ def _check_stored_config(store: Path, record: dict[str, Any], image: EmbeddedIma
     except (ValueError, KeyError, TypeError) as exc:
         raise BuildError(f"{image.name}: its stored manifest names no config") from exc
     config = _big_data(store, record, config_digest)
+    if digest_of(config) != config_digest:
+        raise BuildError(f"{image.name}: the store's config {config_digest} holds other bytes "
+                         f"(their digest is {digest_of(config)})")
     found = config_architecture(config)
-    if digest_of(config) != config_digest or found != GOARCH[image.arch]:
+    if found != GOARCH[image.arch]:
         raise BuildError(f"{image.name}: the stored image's config says "
                          f"{found or 'no architecture'}, not {GOARCH[image.arch]} "
                          f"({image.arch})")

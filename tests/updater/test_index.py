@@ -238,6 +238,8 @@ def test_a_good_index_lists_the_delta_from_each_commit() -> None:
     (index(to_commit=None), "to_commit is null; allowed: a commit checksum"),
     (index(to_version={"major": 4}), "to_version is an object; allowed: a string or null"),
     (index(to_version=7), "to_version is an integer; allowed: a string or null"),
+    (index(to_version="4" * 257), "to_version is '4444"),   # a version, not a payload
+    (index(ref="r" * 1025), "ref is 'rrrr"),
     (index(files={"a": 1}), "files is an object; allowed: a list"),
     (index(files=["x"]), "files[0] is a string; allowed: an object"),
     (index(files=[entry(file="../../etc/passwd")]),
