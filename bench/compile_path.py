@@ -13,7 +13,7 @@ from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.delta.cache import PartCache
 from builder.delta.compiler import DeltaRequest, compile_deltas
-from builder.publish.plan import default_ceiling, machine_cores
+from builder.publish.delta_knobs import default_ceiling, machine_cores
 
 
 def main(argv: list[str]) -> int:

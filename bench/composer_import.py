@@ -5,7 +5,7 @@ system's shared libraries, several hundred MB), then published into a fresh arch
 ways, side by side in each round:
   pull      what `composer fetch` did before issue 20: extract, `ostree pull-local` of the
             service's commit as it is (its distro version, no parent), summary;
-  publish   what it does now (builder.composer.importer): extract, check, re-commit the
+  publish   what it does now (builder.imagebuilder.importer): extract, check, re-commit the
             tree as the release's commit (`ostree commit --tree=ref=`), `pull-local
             --untrusted` (every object's checksum verified: the tarball came from another
             machine), move the ref, summary.
@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from builder.composer.importer import Publish, import_commit_tarball
 from builder.core.progress import Progress
 from builder.core.runner import Runner
+from builder.imagebuilder.importer import Publish, import_commit_tarball
 
 REF = "rhel/9/x86_64/edge"
 TREES = (Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/lib"))

@@ -5,7 +5,7 @@ A signed SAMPLE update pair whose change is N MiB of incompressible bytes (the d
 is then N MiB: what crosses the link does not depend on what the bytes are) is published
 as `deltas` publishes it (repo/, updates/REF/index.json{,.sig}, the delta file). Each row
 is a fresh simulated device, installed with v1 and booted, that runs v1's own
-/usr/bin/microshift-update (builder.device.update.run_updater) or `ostree pull` of the ref
+/usr/bin/microshift-update (builder.device.updater_run.run_updater) or `ostree pull` of the ref
 (Device.upgrade). 40 MiB is the size of the real-scale update of issue 11 (a 96 MB Hugo
 executable and a 166 MB image layer change: a 40.2 MiB delta); throttled rows need root
 (network namespaces) and use smaller changes so one row stays under a minute.
@@ -27,7 +27,7 @@ from builder.device.commits import UpdatePair, build_sample_pair
 from builder.device.health_server import ApiServer
 from builder.device.netlink import netns_unavailable_reason
 from builder.device.sysroot import Device, LinkOptions, release_deployments
-from builder.device.update import UpdateOptions, run_updater
+from builder.device.updater_run import UpdateOptions, run_updater
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024

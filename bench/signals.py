@@ -7,9 +7,9 @@ checks a CI system relies on are made: the exit (143 and one `terminated` line f
 no process of the run left 5 s later (anything whose command line names the build directory,
 gpg-agents included), and a rerun of the same command that completes (after SIGKILL it takes
 the lock over and stops the agents the killed run left). `composer compose` runs against the
-in-repo fake osbuild-composer (tests/composer/fake_weldr.py): a fresh one in a thread of this
+in-repo fake osbuild-composer (tests/imagebuilder/fake_weldr.py): a fresh one in a thread of this
 process for each run and its rerun, stopped afterwards (bench/signals_composer.py); its waits
-are bounded per answer and per compose as well (tests/composer/test_bounds.py).
+are bounded per answer and per compose as well (tests/imagebuilder/test_bounds.py).
 """
 
 from __future__ import annotations

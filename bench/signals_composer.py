@@ -1,14 +1,14 @@
 """`composer compose` for `python -m bench signals`, against the in-repo fake Weldr service.
 
-osbuild-composer cannot run here; tests/composer/fake_weldr.py answers as it does. For each
+osbuild-composer cannot run here; tests/imagebuilder/fake_weldr.py answers as it does. For each
 run of `composer compose` and its rerun a fresh FakeWeldr serves in a thread of the bench
 process (so no process of its own names the run's work directory, which left_behind()
 looks for), on a unix socket under a short /tmp directory, and is stopped afterwards.
 
 The service's workers pull [[containers]] from a registry, so `composer compose` refuses
-the release's SAMPLE images (builder/composer/blueprints.py check_for_release): the runs use
+the release's SAMPLE images (builder/imagebuilder/blueprints.py check_for_release): the runs use
 a copy of the release without `source`, as if its images were published, and the fake's
-registry holds every image of the release by its digest (as tests/composer/conftest.py
+registry holds every image of the release by its digest (as tests/imagebuilder/conftest.py
 make_scenario does for one). The build directory is a copy of the bench's base build: its
 rendered blueprint (blueprints/NAME.toml and lock), its ostree repo and SAMPLE key.
 """
@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.composer.fake_weldr import FakeWeldr, Scenario
+from tests.imagebuilder.fake_weldr import FakeWeldr, Scenario
 
 IMAGE = "microshift-full"      # what the base build-image renders and composes
 

@@ -6,13 +6,14 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
+from builder.core.build_layout import Layout
 from builder.core.errors import InputError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.release.model import Release, load_release
 
 
-@dataclass
+@dataclass(frozen=True)
 class Context:
     build_dir: Path
     release_path: Path
@@ -20,9 +21,18 @@ class Context:
     runner: Runner = field(default_factory=Runner)
     # Build only this one of the release's architectures (a CI matrix runs one per job).
     arch: str | None = None
+    # The release already read (and narrowed to `arch`), so a narrowed context does not
+    # read release.yaml again.
+    loaded: Release | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(self.build_dir)
 
     @cached_property
     def release(self) -> Release:
+        if self.loaded is not None:
+            return self.loaded
         release = load_release(self.release_path)
         if self.arch is None:
             return release
@@ -39,15 +49,11 @@ class Context:
             raise InputError("command line", "--arch",
                              f"{arch!r} is not an architecture of this run "
                              f"({', '.join(self.release.architectures)})")
-        narrowed = Context(self.build_dir, self.release_path, self.progress, self.runner, arch)
-        narrowed.__dict__["release"] = replace(self.release, architectures=(arch,))
-        return narrowed
+        return replace(self, arch=arch,
+                       loaded=replace(self.release, architectures=(arch,)))
 
     @property
     def target_arch(self) -> str:
         """The architecture a per-architecture stage builds: the run's first (its only one
         once narrowed with `for_arch` or `--arch`)."""
         return self.release.architectures[0]
-
-    def path(self, *parts: str) -> Path:
-        return self.build_dir.joinpath(*parts)

@@ -30,27 +30,27 @@ WORK = ROOT / "build" / "mutation"
 # module -> the tests that aim at it
 MODULES: dict[str, list[str]] = {
     "builder/updater/index.py": ["tests/updater/test_index.py"],
-    "builder/updater/config.py": ["tests/updater/test_config.py"],
-    "builder/updater/download.py": ["tests/updater/test_download.py"],
+    "builder/updater/update_config.py": ["tests/updater/test_update_config.py"],
+    "builder/updater/delta_download.py": ["tests/updater/test_delta_download.py"],
     # The cap on the fallback pull, and which remotes it cannot cover.
     "builder/updater/relay.py": ["tests/updater/test_relay.py"],
     # The delta report reads each part's object list through parse_superblock.
     "builder/publish/offline.py": ["tests/publish/test_offline.py",
                                    "tests/publish/test_offline_checks.py",
-                                   "tests/publish/test_plan.py::"
+                                   "tests/publish/test_delta_knobs.py::"
                                    "test_encodings_read_from_a_real_delta"],
     "builder/rpm/payloads.py": ["tests/rpm/test_payloads.py"],
     "builder/release/payload.py": ["tests/release/test_payload.py",
                                    "tests/release/test_release.py"],
     "builder/core/signing.py": ["tests/core/test_signing.py", "tests/ci/test_import_key.py"],
-    "builder/rpm/signing.py": ["tests/rpm/test_signing.py"],
+    "builder/rpm/rpm_signing.py": ["tests/rpm/test_rpm_signing.py"],
     # The read-back checks; the tests that build ISOs without damaging them run too long
     # for every mutant (each builds several ISOs).
-    "builder/installer/verify.py": ["tests/installer/test_iso.py", "-k",
+    "builder/installer/read_back.py": ["tests/installer/test_iso.py", "-k",
                                     "read_back or verification"],
     "builder/compose/commit.py": ["tests/compose/test_commit_publish.py"],
     "builder/publish/deltas.py": ["tests/publish/test_delta_stage.py",
-                                  "tests/publish/test_plan.py"],
+                                  "tests/publish/test_delta_knobs.py"],
     "builder/compose/rootfs.py": ["tests/compose/test_package_verification.py"],
     "builder/core/download.py": ["tests/core/test_download.py"],
     # The publish's summary dates; its other tests publish the composed pair (minutes).
@@ -136,9 +136,9 @@ HOSTILE_MUTANTS: list[Mutant] = [
      "        return None\n        raise DamagedState(path, exc.problem if not exc.field else"),
     ("builder/updater/fetch.py", "        if patience.deadline is not None and now >= "
      "patience.deadline:", "        if False:"),
-    ("builder/updater/children.py", '    return (setpriv, "--pdeathsig", "KILL", "--") if '
+    ("builder/updater/processes.py", '    return (setpriv, "--pdeathsig", "KILL", "--") if '
      'b"--pdeathsig" in proc.stdout else ()', "    return ()"),
-    ("builder/updater/download.py", "            elif response.status >= 500:",
+    ("builder/updater/delta_download.py", "            elif response.status >= 500:",
      "            elif response.status >= 400:"),
 ]
 HAND_MUTANTS: dict[str, tuple[list[str], list[Mutant]]] = {  # group: tests, mutants

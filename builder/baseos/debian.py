@@ -60,10 +60,11 @@ class DebianSource:
 
 def debian_source(arch: str, mirror: str | None = None) -> DebianSource:
     if arch not in DEBIAN_ARCH:
-        raise InputError("--arch", "", f"{arch!r} has no SAMPLE bootable base; allowed: "
+        raise InputError("command line", "--arch",
+                         f"{arch!r} has no SAMPLE bootable base; allowed: "
                          f"{', '.join(DEBIAN_ARCH)}")
     if mirror is not None and not mirror.startswith(("http://", "https://", "file:/")):
-        raise InputError("--mirror", "", f"{mirror!r} is not a Debian mirror URL",
+        raise InputError("command line", "--mirror", f"{mirror!r} is not a Debian mirror URL",
                          hint=f"e.g. {DEFAULT_MIRROR}")
     return DebianSource(arch, mirror=mirror or DEFAULT_MIRROR,
                         packages=read_packages(PACKAGES, DEBIAN_ARCH[arch]))

@@ -46,7 +46,7 @@ def build_blueprint(ctx: Context, name: str,
     write its TOML and lock files only when all four pass."""
     release = ctx.release
     profile = load_profile(name, blueprints_dir)
-    out_dir = ctx.path("blueprints")
+    out_dir = ctx.layout.blueprints
     toml_path = out_dir / f"{name}.toml"
     locks = lock_paths(out_dir, name, release.architectures)
     shown = f"blueprints/{name}.toml"
@@ -86,7 +86,7 @@ def _depsolve_all(ctx: Context, profile: Profile, data: Mapping[str, Any], text:
         for arch in release.architectures:
             sources = repo_sources(ctx.build_dir, release, arch)
             try:
-                locked = depsolve(wanted, sources, arch, ctx.path(".cache", "repos"),
+                locked = depsolve(wanted, sources, arch, ctx.layout.cache("repos"),
                                   runner=ctx.runner)
             except BuildError as exc:
                 raise BuildError(f"{shown}: {exc.message}", exc.hint) from exc
@@ -98,7 +98,7 @@ def _depsolve_all(ctx: Context, profile: Profile, data: Mapping[str, Any], text:
                 "arch": arch,
                 "ref": target_ref(release, arch, data["name"], profile.ref(arch)),
                 "blueprint_sha256": hashlib.sha256(text.encode()).hexdigest(),
-                "repos": {s.name: _repo_entry(s, ctx.path("blueprints")) for s in sources},
+                "repos": {s.name: _repo_entry(s, ctx.layout.blueprints) for s in sources},
                 "packages": [pkg.as_json() for pkg in locked],
             })
     return documents

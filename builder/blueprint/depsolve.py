@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from builder.core.build_layout import Layout
 from builder.core.errors import BuildError, InputError
 from builder.core.files import write_atomic
 from builder.core.runner import Runner
@@ -64,14 +65,15 @@ class LockedPackage:
 def repo_sources(build_dir: Path, release: Release, arch: str) -> list[RepoSource]:
     """The project's repository for `arch`, then release.yaml's base repositories (for
     `arch`), in that order."""
-    sources = [RepoSource(PROJECT_REPO, "project", str(build_dir / "repo" / arch))]
+    layout = Layout(build_dir)
+    sources = [RepoSource(PROJECT_REPO, "project", str(layout.yum_repo(arch)))]
     for index, repo in enumerate(release.base_repos):
         if repo.name == PROJECT_REPO:
             raise InputError(str(release.path), f"base.repos[{index}].name",
                              f"{repo.name!r} is reserved for the project's own repository")
         if repo.kind == "sample":
             sources.append(RepoSource(repo.name, "sample",
-                                      str(build_dir / "sample-base" / "repo" / arch)))
+                                      str(layout.sample_base_repo(arch))))
         else:
             sources.append(RepoSource(repo.name, repo.kind, repo.location_for(arch)))
     return sources

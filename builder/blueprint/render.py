@@ -29,6 +29,7 @@ from builder.core.schema import load_yaml
 from builder.core.templates import environment, render_with
 from builder.release.catalog import component
 from builder.release.model import Image, Release
+from builder.release.ostree_config import substitute_ref
 
 BLUEPRINTS_DIR = PROJECT_ROOT / "blueprints"
 PROFILES_FILE = "profiles.yaml"
@@ -66,7 +67,7 @@ class Profile:
 
     def ref(self, arch: str) -> str:
         """The ostree ref the image's commits go to."""
-        return self.ref_template.format(arch=arch, name=self.name)
+        return substitute_ref(self.ref_template, arch=arch, image=self.name)
 
 
 @dataclass(frozen=True)

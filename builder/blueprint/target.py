@@ -16,8 +16,10 @@ from pathlib import Path
 
 from builder.blueprint.render import load_profile
 from builder.context import Context
+from builder.core.build_layout import Layout
 from builder.core.errors import InputError
 from builder.release.model import Release
+from builder.release.ostree_config import substitute_ref
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,7 @@ class ImageTarget:
     ref: str
     blueprint: Path   # DIR/blueprints/NAME.toml
     lock: Path        # DIR/blueprints/NAME.ARCH.lock.json
+    explicit_ref: bool = False   # the ref came from the command line (--ref)
 
 
 def target_ref(release: Release, arch: str, image: str, profile_ref: str | None) -> str:
@@ -36,16 +39,20 @@ def target_ref(release: Release, arch: str, image: str, profile_ref: str | None)
 
 
 def target_paths(build_dir: Path, image: str, arch: str) -> tuple[Path, Path]:
-    directory = build_dir / "blueprints"
-    return directory / f"{image}.toml", directory / f"{image}.{arch}.lock.json"
+    layout = Layout(build_dir)
+    return layout.blueprint(image), layout.lock(image, arch)
 
 
-def image_target(ctx: Context, image: str) -> ImageTarget:
-    """The target of `image` on the context's architecture: as rendered into its lock, else
-    from its profile (an image neither rendered here nor in profiles.yaml is an input error
-    naming it)."""
+def image_target(ctx: Context, image: str, ref: str | None = None) -> ImageTarget:
+    """The target of `image` on the context's architecture: with an explicit `ref` (a
+    command's --ref, `{arch}` and `{image}` filled in), that ref; else as rendered into its
+    lock, else from its profile (an image neither rendered here nor in profiles.yaml is an
+    input error naming it)."""
     arch = ctx.target_arch
     blueprint, lock = target_paths(ctx.build_dir, image, arch)
+    if ref is not None:
+        return ImageTarget(image, arch, substitute_ref(ref, arch=arch, image=image),
+                           blueprint, lock, explicit_ref=True)
     recorded = _locked_ref(lock)
     if recorded is not None:  # made by target_ref when the blueprint was rendered
         return ImageTarget(image, arch, recorded, blueprint, lock)

@@ -20,7 +20,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_bootable_base(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.baseos.build import ensure_bootable_base
+    from builder.baseos.bootable import ensure_bootable_base
     from builder.rpm.sample_base import build_sample_base
 
     arch = ctx.arch or ctx.release.architectures[0]

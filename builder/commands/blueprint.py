@@ -15,7 +15,7 @@ def register(sub: Any) -> None:
         "blueprint", help="render, validate and depsolve an image's blueprint",
         description="Render blueprints/NAME.toml.j2 for the release, check it against Image "
                     "Builder's rules and the offline image cache, depsolve its packages with "
-                    "libsolv, and write DIR/blueprints/NAME.toml and NAME.lock.json. Fails, "
+                    "libsolv, and write DIR/blueprints/NAME.toml and NAME.ARCH.lock.json. Fails, "
                     "writing nothing, when any of these fails.")
     add_build_dir(parser)
     parser.add_argument("--image", action="append", metavar="NAME",

@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import (
-    add_build_dir,
-    add_signing_options,
-    per_arch,
-    ref_for_arch,
-    signing_key,
-)
+from builder.commands.options import add_build_dir, add_signing_options
 from builder.context import Context
 
 
@@ -43,18 +36,19 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
         no_checkpoint,
     )
     from builder.compose.inputs import load_compose_inputs
+    from builder.plan import Keys, make_plan
 
+    plan = make_plan(ctx, [args.image], keys=Keys.of(ctx, args.gpg_homedir, args.gpg_key),
+                     ref=args.ref)
     # Inputs first: a missing blueprint must not leave a fresh signing key behind.
-    arch_ctxs = per_arch(ctx)
-    refs = [ref_for_arch(ctx, arch_ctx, args.ref) for arch_ctx in arch_ctxs]
-    for arch_ctx in arch_ctxs:
-        load_compose_inputs(ctx.build_dir, args.image, arch_ctx.target_arch, ctx.release.evr)
+    for target in plan.targets:
+        load_compose_inputs(ctx.build_dir, target.image, target.arch, ctx.release.evr)
     kill_stage = os.environ.get(KILL_ENV)
     options = ComposeOptions(
-        key=signing_key(ctx, args),
+        key=plan.keys.signing,
         auth_file=args.authfile.resolve() if args.authfile else None,
         allow_older=args.allow_older,
         checkpoint=kill_at(kill_stage) if kill_stage else no_checkpoint)
-    for arch_ctx, ref in zip(arch_ctxs, refs, strict=True):
-        compose_image(arch_ctx, args.image, replace(options, ref=ref))
+    for target in plan.targets:
+        compose_image(ctx.for_arch(target.arch), target, options)
     return 0

@@ -19,15 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.commands.options import add_build_dir, add_signing_options, signing_key
-from builder.composer.request import TYPE_CHOICES, ComposeOptions
-from builder.composer.wait import WaitOptions, wait_for_compose
+from builder.commands.options import add_build_dir, add_signing_options
 from builder.context import Context
 from builder.core.errors import InputError
+from builder.imagebuilder.request import TYPE_CHOICES, ComposeOptions
+from builder.imagebuilder.wait import WaitOptions, wait_for_compose
 
 if TYPE_CHECKING:
-    from builder.composer.client import WeldrClient
-    from builder.composer.results import ComposeResult
+    from builder.imagebuilder.client import WeldrClient
+    from builder.imagebuilder.results import ComposeResult
 
 
 def register(sub: Any) -> None:
@@ -116,7 +116,7 @@ def _add_ref(parser: argparse.ArgumentParser, text: str) -> None:
 
 def _client(args: argparse.Namespace) -> WeldrClient:
     # Imported here: requests is only loaded when a composer action actually runs.
-    from builder.composer.client import Endpoint, WeldrClient
+    from builder.imagebuilder.client import Endpoint, WeldrClient
 
     if args.timeout <= 0:
         raise InputError("command line", "--timeout", f"{args.timeout:g} must be above 0")
@@ -131,7 +131,7 @@ def _client(args: argparse.Namespace) -> WeldrClient:
 
 
 def _uuid(text: str) -> str:
-    from builder.composer.client import normalize_uuid
+    from builder.imagebuilder.client import normalize_uuid
 
     uuid = normalize_uuid(text)
     if uuid is None:
@@ -155,23 +155,22 @@ def _report(result: ComposeResult) -> None:
 
 
 def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint.target import image_target
-    from builder.composer.remote import ComposeJob, check_job, run_compose
+    from builder.imagebuilder.remote import ComposeJob, check_job, run_compose
+    from builder.plan import Keys, image_targets
 
     _one_architecture(ctx)
-    ref = args.ref
-    if ref is None:
-        try:
-            ref = image_target(ctx, args.image).ref
-        except InputError as exc:
-            raise InputError("command line", "--ref", f"no default ref for image "
-                             f"{args.image!r} ({exc.message}); give --ref") from exc
+    try:
+        [target] = image_targets(ctx, [args.image], args.ref)
+    except InputError as exc:
+        raise InputError("command line", "--ref", f"no default ref for image "
+                         f"{args.image!r} ({exc.message}); give --ref") from exc
+    ref = target.ref
     options = ComposeOptions(image_type=args.image_type, ref=ref, parent=args.parent,
                              url=args.ostree_url)
     job = ComposeJob(build_dir=ctx.build_dir, image=args.image, release=ctx.release,
                      options=options, wait=_wait_options(args), serve=args.serve)
     check_job(job)  # before a signing key is made or the service is asked anything
-    job = replace(job, key=signing_key(ctx, args))
+    job = replace(job, key=Keys.of(ctx, args.gpg_homedir, args.gpg_key).signing)
     client = _client(args)
     try:
         result = run_compose(client, job, ctx.progress, ctx.runner)
@@ -183,7 +182,7 @@ def cmd_compose(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_push(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.composer.blueprints import load_blueprint, sync_blueprint
+    from builder.imagebuilder.blueprints import load_blueprint, sync_blueprint
 
     blueprint = load_blueprint(ctx.build_dir, args.image)
     client = _client(args)
@@ -196,7 +195,7 @@ def cmd_push(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_depsolve(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.composer.remote import describe_package
+    from builder.imagebuilder.remote import describe_package
 
     client = _client(args)
     try:
@@ -235,8 +234,9 @@ def _one_architecture(ctx: Context) -> None:
 
 
 def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.composer.request import kind_of
-    from builder.composer.results import Target, fetch_result
+    from builder.imagebuilder.request import kind_of
+    from builder.imagebuilder.results import Target, fetch_result
+    from builder.plan import Keys
 
     _one_architecture(ctx)
     uuid = _uuid(args.uuid)
@@ -244,7 +244,8 @@ def cmd_fetch(ctx: Context, args: argparse.Namespace) -> int:
     try:
         status = client.status(uuid)
         # Only a commit is signed; ask for the key once the compose is known to be one.
-        key = signing_key(ctx, args) if kind_of(status.compose_type) == "commit" else None
+        key = Keys.of(ctx, args.gpg_homedir, args.gpg_key).signing \
+            if kind_of(status.compose_type) == "commit" else None
         target = Target(ctx.build_dir, args.image, ctx.release, key, args.ref)
         result = fetch_result(client, status, target, ctx.progress, ctx.runner)
     finally:

@@ -73,10 +73,12 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
                           "BUILD_DIR/ostree/repo (head = v2, its parent = v1)")
     simulate.add_argument("--sample", action="store_true",
                           help="always use the simulation's own SAMPLE commits")
-    simulate.add_argument("--wait-timeout", type=int, default=2, metavar="SECONDS",
-                          help="base MICROSHIFT_WAIT_TIMEOUT_SEC on the device (default: 2)")
-    simulate.add_argument("--payload-kib", type=int, default=256,
-                          help="size of the file v2 changes in the SAMPLE commits")
+    simulate.add_argument("--wait-timeout", type=int, metavar="SECONDS",
+                          help="base MICROSHIFT_WAIT_TIMEOUT_SEC on the device (default: 2 on "
+                               "the simulated sysroot, 15 with --vm: a real boot under TCG)")
+    simulate.add_argument("--payload-kib", type=int,
+                          help="size of the file v2 changes in the SAMPLE commits (default: "
+                               "256, 2048 for lte-update: long enough to cut and to time)")
     simulate.add_argument("--report-json", type=Path, help="write the outcome as JSON here")
     simulate.add_argument("--vm", action="store_true",
                           help="boot the pipeline's own disk image under QEMU instead of the "
@@ -136,7 +138,7 @@ def parse_rate(text: str | None) -> int | None:
         return None
     match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(kbit|mbit)", text.strip().lower())
     if not match or float(match.group(1)) <= 0:
-        raise InputError("--rate", "", f"{text!r} is not a link rate",
+        raise InputError("command line", "--rate", f"{text!r} is not a link rate",
                          hint="use e.g. 5mbit or 800kbit")
     return int(float(match.group(1)) * (1000 if match.group(2) == "mbit" else 1))
 
@@ -151,12 +153,13 @@ def _source_arg(text: str) -> Path | str:
     return path
 
 
-def _link_options(args: argparse.Namespace) -> Any:
+def _link_options(args: argparse.Namespace, rate: str | None = None) -> Any:
+    """The link the options describe; `rate` stands for --rate when the scenario chose one."""
     from builder.device.sysroot import LinkOptions
 
     if args.latency_ms < 0:
-        raise InputError("--latency-ms", "", "must not be negative")
-    return LinkOptions(rate_kbit=parse_rate(args.rate), latency=args.latency_ms / 1000)
+        raise InputError("command line", "--latency-ms", "must not be negative")
+    return LinkOptions(rate_kbit=parse_rate(rate or args.rate), latency=args.latency_ms / 1000)
 
 
 def cmd_init(ctx: Context, args: argparse.Namespace) -> int:
@@ -173,15 +176,15 @@ def cmd_install(ctx: Context, args: argparse.Namespace) -> int:
     conf: dict[str, str] = {}
     if args.wait_timeout is not None:
         if not 1 <= args.wait_timeout <= 9999:
-            raise InputError("--wait-timeout", "", "must be 1..9999 seconds")
+            raise InputError("command line", "--wait-timeout", "must be 1..9999 seconds")
         conf["MICROSHIFT_WAIT_TIMEOUT_SEC"] = str(args.wait_timeout)
     if args.max_boot_attempts is not None:
         if not 1 <= args.max_boot_attempts <= 9:
-            raise InputError("--max-boot-attempts", "", "must be 1..9")
+            raise InputError("command line", "--max-boot-attempts", "must be 1..9")
         conf["GREENBOOT_MAX_BOOT_ATTEMPTS"] = str(args.max_boot_attempts)
     with ctx.progress.step(f"device install {args.ref}"):
         if args.trust is not None and not args.trust.is_file():
-            raise InputError("--trust", "", f"{args.trust} does not exist")
+            raise InputError("command line", "--trust", f"{args.trust} does not exist")
         deployment = device.install(_source_arg(args.repo), args.ref, args.commit,
                                     gpg_key=args.trust)
         if conf:
@@ -193,11 +196,12 @@ def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
     import json
 
     from builder.device.sysroot import Device
-    from builder.device.update import UpdateOptions, run_updater
+    from builder.device.updater_run import UpdateOptions, run_updater
 
     device = Device(args.sysroot, ctx.runner, ctx.progress)
     if args.interruptions < 0 or args.max_bytes_per_second < 0:
-        raise InputError("--interruptions/--max-bytes-per-second", "", "must not be negative")
+        raise InputError("command line", "--interruptions/--max-bytes-per-second",
+                         "must not be negative")
     source = _source_arg(args.repo)
     with ctx.progress.step(f"device upgrade ({args.method})"):
         if args.method == "pull":
@@ -209,7 +213,8 @@ def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
                         "wire_frame_bytes": transfer.wire_bytes}
         else:
             if not isinstance(source, Path):
-                raise InputError("--repo", "", "the updater runs against a served directory",
+                raise InputError("command line", "--repo",
+                                 "the updater runs against a served directory",
                                  hint="give the published repo directory")
             options = UpdateOptions(_link_options(args), args.interruptions, args.seed,
                                     _sim_config(args.max_bytes_per_second))
@@ -221,19 +226,18 @@ def cmd_upgrade(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
-def _lte_defaults(ctx: Context, args: argparse.Namespace) -> None:
+def _lte_rate(ctx: Context, given: str | None) -> str | None:
     """lte-update: a 5 Mbit/s link unless --rate says otherwise (when namespaces can be made
-    here), and a 2 MiB update so the transfer is long enough to cut and to time."""
+    here)."""
     from builder.device.netlink import netns_unavailable_reason
 
-    if args.rate is None:
-        reason = netns_unavailable_reason(ctx.runner)
-        if reason is None:
-            args.rate = "5mbit"
-        else:
-            ctx.progress.warn(f"lte-update runs unthrottled: {reason}")
-    if args.payload_kib == 256:
-        args.payload_kib = 2048
+    if given is not None:
+        return given
+    reason = netns_unavailable_reason(ctx.runner)
+    if reason is None:
+        return "5mbit"
+    ctx.progress.warn(f"lte-update runs unthrottled: {reason}")
+    return None
 
 
 def _sim_config(cap: int) -> dict[str, object]:
@@ -282,20 +286,21 @@ def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
     from builder.device.commits import build_sample_pair, find_update_pair
     from builder.device.scenarios import SCENARIOS, SimOptions, outcome_json, run_scenario
 
-    if not 1 <= args.wait_timeout <= 9999:
-        raise InputError("--wait-timeout", "", "must be 1..9999 seconds")
+    if args.wait_timeout is not None and not 1 <= args.wait_timeout <= 9999:
+        raise InputError("command line", "--wait-timeout", "must be 1..9999 seconds")
     if args.vm:
         return _simulate_vm(ctx, args)
-    if args.payload_kib < 0:
-        raise InputError("--payload-kib", "", "must not be negative")
-    work = (args.work_dir or ctx.path("device-sim", args.scenario)).resolve()
-    if args.scenario == "lte-update":
-        _lte_defaults(ctx, args)
-    options = SimOptions(work_dir=work, wait_timeout=args.wait_timeout, link=_link_options(args))
+    lte = args.scenario == "lte-update"
+    payload_kib = args.payload_kib if args.payload_kib is not None else (2048 if lte else 256)
+    if payload_kib < 0:
+        raise InputError("command line", "--payload-kib", "must not be negative")
+    work = (args.work_dir or ctx.layout.device_work(args.scenario)).resolve()
+    link = _link_options(args, _lte_rate(ctx, args.rate) if lte else None)
+    options = SimOptions(work_dir=work, wait_timeout=args.wait_timeout or 2, link=link)
     with ctx.progress.step(f"device simulate {args.scenario}: commits"):
         pair = None if args.sample else find_update_pair(ctx, args.ref)
         if pair is None:
-            pair = build_sample_pair(ctx, work / "server/repo", args.payload_kib * 1024)
+            pair = build_sample_pair(ctx, work / "server/repo", payload_kib * 1024)
         ctx.progress.info(f"{pair.source} commits on {pair.ref}: v1 {pair.v1[:12]} -> "
                           f"v2 {pair.v2[:12]} in {pair.repo}")
     outcome = run_scenario(ctx, SCENARIOS[args.scenario], pair, options)
@@ -308,21 +313,23 @@ def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.vm.report import outcome_json, run_and_check
+    from builder.vm.scenario_report import outcome_json, run_and_check
     from builder.vm.scenarios import VM_SCENARIOS, VmOptions
 
     if args.scenario not in VM_SCENARIOS:
-        raise InputError("--scenario", "", f"{args.scenario!r} has no VM form; allowed with "
+        raise InputError("command line", "--scenario",
+                         f"{args.scenario!r} has no VM form; allowed with "
                          f"--vm: {', '.join(VM_SCENARIOS)}")
     if args.time_limit < 60:
-        raise InputError("--time-limit", "", "must be at least 60 seconds")
+        raise InputError("command line", "--time-limit", "must be at least 60 seconds")
     arch = ctx.arch or ctx.release.architectures[0]
     if arch != "x86_64":
-        raise InputError("--arch", "", f"the VM scenarios boot x86_64 images; {arch} stays on "
+        raise InputError("command line", "--arch",
+                         f"the VM scenarios boot x86_64 images; {arch} stays on "
                          "the simulated sysroot (drop --vm)")
-    work = (args.work_dir or ctx.path("vm", args.scenario)).resolve()
+    work = (args.work_dir or ctx.layout.vm_work(args.scenario)).resolve()
     # The simulated sysroot's default wait (2 s) is far too short for a real boot under TCG.
-    wait = args.wait_timeout if args.wait_timeout != 2 else 15
+    wait = args.wait_timeout or 15
     options = VmOptions(work=work, accel=args.accel, wait_timeout=wait,
                         time_limit=float(args.time_limit), mirror=args.mirror)
     outcome = run_and_check(ctx.for_arch(arch), VM_SCENARIOS[args.scenario], options)

@@ -29,30 +29,31 @@ def register(sub: Any) -> None:
 
 
 def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint.target import image_target
     from builder.core.ostree import Repo
-    from builder.core.signing import SAMPLE_PUBLIC_KEY
+    from builder.disk.deployment import Deployment
     from builder.disk.image import build_disk
-    from builder.disk.sysroot import Deployment
 
     if args.url is not None and not args.url.startswith(("http://", "https://")):
-        raise InputError("--url", "", f"{args.url!r} is not an http(s) URL")
+        raise InputError("command line", "--url", f"{args.url!r} is not an http(s) URL")
     if args.gpg_key is not None and not args.gpg_key.is_file():
-        raise InputError("--gpg-key", "", f"{args.gpg_key} does not exist")
-    for arch in ctx.release.architectures:
+        raise InputError("command line", "--gpg-key", f"{args.gpg_key} does not exist")
+    from builder.plan import image_targets
+
+    for target in image_targets(ctx, [args.image]):
+        arch, ref = target.arch, target.ref
         run = ctx.for_arch(arch)
-        repo = Repo(run.path("ostree", "repo"), run.runner)
-        ref = image_target(run, args.image).ref
+        repo = Repo(run.layout.ostree_repo, run.runner)
         commit = repo.rev_parse(ref) if repo.exists() else None
         if commit is None:
-            raise InputError("--image", "", f"{repo.path} has no commit of {args.image} "
+            raise InputError("command line", "--image",
+                             f"{repo.path} has no commit of {args.image} "
                              f"({ref})", hint="compose the image first")
-        sample_key = run.path("gpg", SAMPLE_PUBLIC_KEY)
+        sample_key = run.layout.sample_public_key
         key = args.gpg_key or (sample_key if sample_key.is_file() else None)
         deployment = Deployment(repo.path, ref, commit, remote_url=args.url or "",
                                 gpg_key=key)
         with run.progress.step(f"disk image of {args.image} ({arch}) = {commit[:12]}"):
-            image = build_disk(run.runner, deployment, run.path("disk"), f"{args.image}.{arch}",
+            image = build_disk(run.runner, deployment, run.layout.disks, f"{args.image}.{arch}",
                                epoch=run.release.source_date_epoch, qcow2=not args.no_qcow2)
             state = "written" if image.built else "unchanged"
             for path in (image.raw, image.qcow2, image.manifest):

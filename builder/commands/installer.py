@@ -15,15 +15,10 @@ booted with inst.ks=hd:LABEL=<volume id>:/ks.cfg.
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.commands.options import (
-    add_build_dir,
-    per_arch,
-    ref_for_arch,
-)
+from builder.commands.options import add_build_dir
 from builder.context import Context
 from builder.core.errors import InputError
 from builder.release.ostree_config import DEFAULT_REF
@@ -59,25 +54,25 @@ def register(sub: Any) -> None:
 
 def cmd_installer(ctx: Context, args: argparse.Namespace) -> int:
     from builder.installer.media import build_installer
+    from builder.plan import image_targets
 
     if args.boot_iso is not None and len(ctx.release.architectures) > 1:
         raise InputError("command line", "--boot-iso",
                          "a boot ISO boots one architecture; the release builds "
                          f"{', '.join(ctx.release.architectures)}",
                          hint="add --arch ARCH, with that architecture's boot ISO")
-    for arch_ctx in per_arch(ctx):
-        build_installer(arch_ctx, replace(media_options(args),
-                                          ref=ref_for_arch(ctx, arch_ctx, args.ref)))
+    for target in image_targets(ctx, [args.image], args.ref):
+        build_installer(ctx.for_arch(target.arch), target, media_options(args))
     return 0
 
 
 def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
     from builder.installer.media import write_kickstart_file
+    from builder.plan import image_targets
 
     variant = "embedded" if args.embedded else "network"
-    for arch_ctx in per_arch(ctx):
-        write_kickstart_file(arch_ctx, replace(media_options(args),
-                                               ref=ref_for_arch(ctx, arch_ctx, args.ref)), variant)
+    for target in image_targets(ctx, [args.image], args.ref):
+        write_kickstart_file(ctx.for_arch(target.arch), target, media_options(args), variant)
     return 0
 
 
@@ -108,7 +103,6 @@ def add_media_options(parser: argparse.ArgumentParser) -> None:
 def media_options(args: argparse.Namespace) -> MediaOptions:
     from builder.installer.media import MediaOptions
 
-    return MediaOptions(image=args.image, url=args.url, ref=args.ref,
-                        pull_secret=args.pull_secret, gpg_key=args.gpg_key,
+    return MediaOptions(url=args.url, pull_secret=args.pull_secret, gpg_key=args.gpg_key,
                         ssh_key=args.ssh_key, microshift_config=args.microshift_config,
                         storage=args.storage, boot_iso=getattr(args, "boot_iso", None))

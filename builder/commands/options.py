@@ -6,31 +6,10 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from builder.context import Context
 from builder.core.errors import InputError
 
 if TYPE_CHECKING:  # stage modules are imported when a command runs, keeping --help fast
-    from builder.core.signing import SigningKey
-    from builder.publish.rollout import RolloutPlan
-
-
-def per_arch(ctx: Context) -> list[Context]:
-    """The run once per architecture (release.yaml's, or the one `--arch` names), for the
-    stages that build one architecture at a time: compose, SBOM, deltas, installer."""
-    return [ctx.for_arch(arch) for arch in ctx.release.architectures]
-
-
-def ref_for_arch(run: Context, arch_ctx: Context, ref: str | None) -> str | None:
-    """An explicit --ref for one architecture of the run: `{arch}` is replaced; a ref
-    without it cannot hold the commits of several architectures."""
-    if ref is None:
-        return None
-    if "{arch}" not in ref and len(run.release.architectures) > 1:
-        raise InputError("command line", "--ref",
-                         f"{ref!r} would hold the commits of "
-                         f"{', '.join(run.release.architectures)}",
-                         hint="put {arch} in the ref, or build one architecture with --arch")
-    return ref.replace("{arch}", arch_ctx.target_arch)
+    from builder.publish.rollout_statement import RolloutPlan
 
 
 def add_build_dir(parser: argparse.ArgumentParser) -> None:
@@ -75,7 +54,7 @@ def add_delta_options(parser: argparse.ArgumentParser) -> None:
 def delta_cache_limit(args: argparse.Namespace) -> int | None:
     if not args.delta_cache_size:
         return None
-    from builder.publish.plan import parse_size
+    from builder.publish.delta_knobs import parse_size
 
     try:
         return parse_size(args.delta_cache_size)
@@ -105,19 +84,9 @@ def validity(args: argparse.Namespace) -> int:
     return int(days * 24 * 3600)
 
 
-def signing_key(ctx: Context, args: argparse.Namespace) -> SigningKey | None:
-    """--gpg-homedir/--gpg-key, else the SAMPLE key for a release on the SAMPLE base."""
-    from builder.core.signing import release_signing_key
-
-    sample = ctx.release.ostree.base.is_sample
-    return release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
-                               sample_home=ctx.path("gpg") if sample else None,
-                               epoch=ctx.release.source_date_epoch)
-
-
 def add_rollout_options(parser: argparse.ArgumentParser, *, required: bool = False) -> None:
-    """The waves of a rollout (builder/publish/rollout.py), as `publish` and `rollout start`
-    take them."""
+    """The waves of a rollout (builder/publish/rollout_statement.py), as `publish` and
+    `rollout start` take them."""
     parser.add_argument("--rollout-waves", metavar="LIST", required=required,
                         help="roll the new head out in waves, e.g. 'site=lab,10%%,50%%': a "
                              "label selector (NAME=VALUE, several joined by '+') or a "
@@ -138,7 +107,7 @@ def add_rollout_options(parser: argparse.ArgumentParser, *, required: bool = Fal
 
 
 def rollout_plan(args: argparse.Namespace) -> RolloutPlan | None:
-    from builder.publish.rollout import RolloutPlan, check_id, parse_waves
+    from builder.publish.rollout_statement import RolloutPlan, check_id, parse_waves
 
     if not args.rollout_waves:
         return None

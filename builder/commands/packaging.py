@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from builder.commands.options import add_build_dir, signing_key
+from builder.commands.options import add_build_dir
 from builder.context import Context
 
 
@@ -25,11 +25,10 @@ def register(sub: Any) -> None:
 
 
 def cmd_rpms(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.plan import Keys
     from builder.rpm.packages import build_release_rpms
 
-    key = None
-    if args.gpg_key is not None or args.gpg_homedir is not None:
-        key = signing_key(ctx, args)
+    key = Keys.of(ctx, args.gpg_homedir, args.gpg_key).release  # the SAMPLE key signs no RPM
     build_release_rpms(ctx, lint=not args.no_lint, key=key)
     return 0
 

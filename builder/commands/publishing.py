@@ -17,11 +17,8 @@ from builder.commands.options import (
     add_signing_options,
     add_validity_option,
     delta_cache_limit,
-    per_arch,
-    ref_for_arch,
     rollout_plan,
     selected_images,
-    signing_key,
     validity,
 )
 from builder.context import Context
@@ -140,18 +137,19 @@ def _register_pull_published(sub: Any) -> None:
 
 
 def cmd_sbom(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.plan import image_targets
     from builder.publish.sbom import write_sbom
 
-    for arch_ctx in per_arch(ctx):
-        print(write_sbom(arch_ctx, args.image, ref_for_arch(ctx, arch_ctx, args.ref)))
+    for target in image_targets(ctx, [args.image], args.ref):
+        print(write_sbom(ctx.for_arch(target.arch), target))
     return 0
 
 
 def cmd_diff(ctx: Context, args: argparse.Namespace) -> int:
     from builder.core.ostree import Repo
-    from builder.publish.update import update_report
+    from builder.publish.update_report import update_report
 
-    report = update_report(Repo(ctx.path("ostree", "repo"), ctx.runner), args.from_rev,
+    report = update_report(Repo(ctx.layout.ostree_repo, ctx.runner), args.from_rev,
                            args.to_rev)
     sys.stdout.write(report.to_json() if args.format == "json" else report.text() + "\n")
     return 0
@@ -165,7 +163,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     # does, when there is one (publish never makes a new key: devices would not know it).
     seconds = validity(args)
     plan = rollout_plan(args)
-    sample_home = ctx.path("gpg")
+    sample_home = ctx.layout.sample_gpg_home
     key = release_signing_key(ctx.runner, ctx.progress, args.gpg_homedir, args.gpg_key,
                               sample_home=sample_home if sample_home.is_dir() else None,
                               epoch=ctx.release.source_date_epoch)
@@ -185,19 +183,18 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_pull_published(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint.target import image_target
+    from builder.plan import Keys, image_targets
     from builder.publish.history import pull_published
 
     depth = args.depth if args.depth is not None else ctx.release.ostree.deltas_from + 1
-    key = signing_key(ctx, args) if args.gpg_homedir or args.gpg_key else None
-    for arch_ctx in per_arch(ctx):
-        ref = ref_for_arch(ctx, arch_ctx, args.ref) or image_target(arch_ctx, args.image).ref
-        pull_published(arch_ctx, args.url, ref, depth, key)
+    key = Keys.of(ctx, args.gpg_homedir, args.gpg_key).release
+    for target in image_targets(ctx, [args.image], args.ref):
+        pull_published(ctx.for_arch(target.arch), args.url, target.ref, depth, key)
     return 0
 
 
 def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.blueprint.target import image_target
+    from builder.plan import Keys, image_targets
     from builder.publish.deltas import DeltaOptions, DeltaTarget, generate_matrix
 
     if args.from_count is not None and args.from_count < 0:
@@ -205,27 +202,25 @@ def cmd_deltas(ctx: Context, args: argparse.Namespace) -> int:
     seconds = validity(args)  # every argument is checked before the build directory
     if args.jobs is not None and args.jobs < 1:
         raise InputError("command line", "--jobs", "must be 1 or more")
-    from builder.publish.plan import parse_size
+    from builder.publish.delta_knobs import parse_size
 
     try:
         limit = parse_size(args.memory_limit) if args.memory_limit else None
     except ValueError as exc:
         raise InputError("command line", "--memory-limit", str(exc)) from None
     cache_limit = delta_cache_limit(args)
-    images = [] if args.ref else selected_images(args)
-    if not ctx.path("ostree", "repo", "config").is_file():
-        raise BuildError(f"no ostree repository at {ctx.path('ostree', 'repo')}",
+    # With --ref, the ref alone (of whichever image it holds).
+    images = ["microshift-full"] if args.ref else selected_images(args)
+    if not (ctx.layout.ostree_repo / "config").is_file():
+        raise BuildError(f"no ostree repository at {ctx.layout.ostree_repo}",
                          hint="run `python -m builder compose` first")
-    options = DeltaOptions(image=images[0] if images else "microshift-full",
-                           from_count=args.from_count, key=signing_key(ctx, args),
+    options = DeltaOptions(from_count=args.from_count,
+                           key=Keys.of(ctx, args.gpg_homedir, args.gpg_key).signing,
                            offline=not args.no_offline, memory_limit=limit, jobs=args.jobs,
                            scratch=not args.no_scratch, validity=seconds,
                            generator=args.delta_generator, cache_limit=cache_limit)
-    targets = []
-    for arch_ctx in per_arch(ctx):
-        ref = ref_for_arch(ctx, arch_ctx, args.ref)
-        refs = [ref] if ref else [image_target(arch_ctx, image).ref for image in images]
-        targets += [DeltaTarget(arch_ctx, one) for one in refs]
+    targets = [DeltaTarget(ctx.for_arch(target.arch), target.ref)
+               for target in image_targets(ctx, images, args.ref)]
     for report in generate_matrix(ctx, targets, options):
         print(report.text())
     return 0

@@ -240,8 +240,8 @@ def cmd_collect(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
-    from builder.rollout.verify import Refused, public_key_of
-    from builder.updater.rollout import LABEL_RE
+    from builder.rollout.verdict_check import Refused, public_key_of
+    from builder.updater.waves import LABEL_RE
 
     try:
         with args.public_key.open("rb") as handle:

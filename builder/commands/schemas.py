@@ -42,7 +42,7 @@ def generated() -> dict[str, str]:
     from builder.blueprint.profiles import ProfilesDocument
     from builder.components.schemas import DOCUMENTS
     from builder.release.document import ReleaseDocument
-    from builder.updater.model import UpdateDocument
+    from builder.updater.update_model import UpdateDocument
 
     models: dict[str, type[BaseModel]] = {"release": ReleaseDocument,
                                           "profiles": ProfilesDocument, **DOCUMENTS,

@@ -7,8 +7,9 @@ etcd.memoryLimitMB, manifests.kustomizePaths). The environment is the one of see
 plugin calling convention, plus MICROSHIFT_SYSROOT, this project's extension that lets a
 plugin read its configuration files from an extracted image tree instead of "/".
 
-Devices run this module too (microshift-components, builder.components.service) with the
-system's Python 3.9 on RHEL 9: no syntax or run-time feature newer than 3.9 here.
+Devices run this module too (microshift-components,
+builder.components.microshift_components) with the system's Python 3.9 on RHEL 9: no syntax
+or run-time feature newer than 3.9 here.
 """
 
 from __future__ import annotations

@@ -19,13 +19,13 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.compose.labels import Labelling, commit_label_args, tree_labelling
 from builder.compose.rootfs import (
     clean_rpmdb,
     etc_to_usr_etc,
     rpm_env,
     var_to_tmpfiles,
 )
-from builder.compose.selinux import Labelling, commit_label_args, tree_labelling
 from builder.context import Context
 from builder.core.children import temporary_gnupg_home, tool_tmpdir
 from builder.core.diskspace import MiB, ensure_space
@@ -107,9 +107,9 @@ def _pull_base(ctx: Context, build_repo: Repo, base: OstreeBase) -> BaseCommit:
 
 def _sample_inputs(ctx: Context) -> tuple[list[Path], str]:
     arch = ctx.target_arch
-    rpms = rpms_for(sorted(ctx.path("sample-base", "rpms").glob("*.rpm")), arch)
+    rpms = rpms_for(sorted(ctx.layout.sample_base_rpms.glob("*.rpm")), arch)
     if not any(rpm.name.endswith(f".{arch}.rpm") for rpm in rpms):
-        raise BuildError(f"no {arch} SAMPLE base RPMs in {ctx.path('sample-base', 'rpms')}",
+        raise BuildError(f"no {arch} SAMPLE base RPMs in {ctx.layout.sample_base_rpms}",
                          hint=f"run `python -m builder sample-base --build-dir {ctx.build_dir}`")
     identity = hashlib.sha256(canonical_json({
         "rpms": {rpm.name: file_digest(rpm) for rpm in rpms},

@@ -29,11 +29,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.blueprint.target import image_target
+from builder.blueprint.target import ImageTarget
 from builder.compose.base import BaseCommit, ensure_base
 from builder.compose.containers import embed_images
 from builder.compose.customizations import apply_customizations
 from builder.compose.inputs import ComposeInputs, load_compose_inputs
+from builder.compose.labels import Labelling, commit_label_args, install_policy_modules
 from builder.compose.rootfs import (
     clean_rpmdb,
     etc_to_usr_etc,
@@ -43,7 +44,6 @@ from builder.compose.rootfs import (
     var_to_tmpfiles,
     verify_packages,
 )
-from builder.compose.selinux import Labelling, commit_label_args, install_policy_modules
 from builder.compose.units import apply_presets, preset_units, units_in
 from builder.context import Context
 from builder.core.diskspace import MiB, ensure_space
@@ -76,7 +76,6 @@ def kill_at(stage_to_kill: str) -> Callable[[str], None]:
 
 @dataclass(frozen=True)
 class ComposeOptions:
-    ref: str | None = None              # overrides release.yaml / the image profile
     key: SigningKey | None = None       # signs the commit and the summary
     auth_file: Path | None = None       # registry credentials for skopeo
     checkpoint: Callable[[str], None] = field(default=no_checkpoint)
@@ -97,14 +96,14 @@ class ComposeResult:
 
 def ostree_dirs(ctx: Context) -> tuple[Repo, Repo]:
     """(published archive repo, private build repo)."""
-    return (Repo(ctx.path("ostree", "repo"), ctx.runner),
-            Repo(ctx.path("ostree", "build-repo"), ctx.runner))
+    return (Repo(ctx.layout.ostree_repo, ctx.runner),
+            Repo(ctx.layout.build_repo, ctx.runner))
 
 
 @contextmanager
 def compose_lock(ctx: Context) -> Iterator[Path]:
     """Hold DIR/ostree/.lock for the compose; yield a fresh work dir, stale ones removed."""
-    top = ctx.path("ostree")
+    top = ctx.layout.ostree
     top.mkdir(parents=True, exist_ok=True)
     with (top / ".lock").open("w") as handle:
         try:
@@ -135,10 +134,15 @@ class _Job:
     archive: Repo
     build_repo: Repo
     work: Path
+    explicit_ref: bool = False   # --ref: the admin chose the ref, another image's included
 
 
-def compose_image(ctx: Context, image: str, options: ComposeOptions | None = None) -> ComposeResult:
+def compose_image(ctx: Context, target: ImageTarget,
+                  options: ComposeOptions | None = None) -> ComposeResult:
+    """Compose `target` (an image on the context's architecture, its ref resolved by the
+    build plan) into DIR/ostree/repo."""
     options = options or ComposeOptions()
+    image, ref = target.image, target.ref
     if os.geteuid() != 0:
         raise BuildError("compose must run as root: it installs RPMs with `rpm --root` and "
                          "records file ownership in the commit (osbuild runs as root too)",
@@ -146,13 +150,12 @@ def compose_image(ctx: Context, image: str, options: ComposeOptions | None = Non
     started = time.monotonic()
     release = ctx.release
     inputs = load_compose_inputs(ctx.build_dir, image, ctx.target_arch, release.evr)
-    ref = options.ref or image_target(ctx, image).ref
     verify_packages(inputs.packages, inputs.lock_path)
     ensure_space(ctx.build_dir, compose_space(inputs), f"the compose of {image}")
     archive, build_repo = ostree_dirs(ctx)
     with ctx.progress.step(f"compose {image} {release.evr} -> {ref}"), \
             compose_lock(ctx) as work:
-        job = _Job(ctx, inputs, ref, options, archive, build_repo, work)
+        job = _Job(ctx, inputs, ref, options, archive, build_repo, work, target.explicit_ref)
         archive.init("archive")
         build_repo.init("bare")
         parent = archive.rev_parse(ref)
@@ -195,7 +198,7 @@ def compose_space(inputs: ComposeInputs) -> int:
 
 
 def _check_same_image(job: _Job, head: str | None) -> None:
-    if head is None or job.options.ref is not None:
+    if head is None or job.explicit_ref:
         return
     previous = job.archive.metadata(head, "microshift.image")
     if previous is not None and previous != job.inputs.name:
@@ -316,7 +319,7 @@ class _Record:
 
 def _inputs_record(job: _Job) -> Path:
     # Beside the repository, not in the commit: the commit stays a function of its content.
-    return job.ctx.path("ostree", "compose-inputs", f"{job.ref}.json")
+    return job.ctx.layout.compose_inputs(job.ref)
 
 
 def _composed_inputs(job: _Job) -> _Record | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.blueprint.target import target_paths
+from builder.core.build_layout import Layout
 from builder.core.errors import InputError
 
 # osbuild/images policies.OstreeCustomFilesPolicies: where an ostree image takes files.
@@ -125,7 +126,7 @@ def load_compose_inputs(build_dir: Path, image: str, arch: str,
         version=_str(blueprint, "version", toml_path),
         blueprint_path=toml_path,
         lock_path=lock_path,
-        packages=_packages(lock, lock_path),
+        packages=_packages(lock, lock_path, Layout(build_dir).cache("rpms")),
         containers=tuple(_container(item, toml_path, i)
                          for i, item in enumerate(blueprint.get("containers", []))),
         customizations=_customizations(custom, toml_path),
@@ -157,8 +158,9 @@ def _str(table: dict[str, Any], key: str, path: Path, where: str = "") -> str:
     return value
 
 
-def _packages(lock: dict[str, Any], lock_path: Path) -> tuple[PackageFile, ...]:
-    """The lock's packages; those from URL repositories point into DIR/.cache/rpms."""
+def _packages(lock: dict[str, Any], lock_path: Path, rpm_cache: Path
+              ) -> tuple[PackageFile, ...]:
+    """The lock's packages; those from URL repositories point into `rpm_cache`."""
     items = lock.get("packages")
     if not isinstance(items, list):
         raise InputError(str(lock_path), "packages", "must be a list of locked packages")
@@ -178,7 +180,7 @@ def _packages(lock: dict[str, Any], lock_path: Path) -> tuple[PackageFile, ...]:
             release=_str(item, "release", lock_path, where),
             arch=_str(item, "arch", lock_path, where),
             sha256=_sha256(item, lock_path, where),
-            **_package_location(item, repos, lock_path, where),
+            **_package_location(item, repos, lock_path, rpm_cache, where),
         ))
     return tuple(packages)
 
@@ -191,7 +193,7 @@ def _sha256(item: dict[str, Any], lock_path: Path, where: str) -> str:
     return value
 
 
-def _package_location(item: dict[str, Any], repos: Any, lock_path: Path,
+def _package_location(item: dict[str, Any], repos: Any, lock_path: Path, rpm_cache: Path,
                       where: str) -> dict[str, Any]:
     """`path` (relative to the lock), or `repo` + `location` resolved through `repos`."""
     if isinstance(item.get("path"), str):
@@ -202,8 +204,7 @@ def _package_location(item: dict[str, Any], repos: Any, lock_path: Path,
         raise InputError(str(lock_path), f"{where}location",
                          "needs `path`, or `repo` + `location` with the repo in `repos`")
     if isinstance(entry.get("url"), str):
-        cache = lock_path.parent.parent / ".cache" / "rpms"
-        return {"path": cache / Path(href).name, "url": entry["url"].rstrip("/") + "/" + href}
+        return {"path": rpm_cache / Path(href).name, "url": entry["url"].rstrip("/") + "/" + href}
     if not isinstance(entry.get("path"), str):
         raise InputError(str(lock_path), f"repos.{item.get('repo')}", "needs `path` or `url`")
     return {"path": (lock_path.parent / entry["path"] / href).resolve()}

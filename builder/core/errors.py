@@ -55,10 +55,6 @@ class MissingToolError(BuildError):
         self.tool = tool
 
 
-def die(message: str, hint: str | None = None) -> BuildError:
-    """Build (not raise) an error, so call sites read `raise die(...)`."""
-    return BuildError(message, hint)
-
 
 def _last_lines(text: str, count: int) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]

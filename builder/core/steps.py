@@ -19,6 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from builder.core.build_layout import Layout
 from builder.core.progress import Progress
 
 STAMP = "step.json"
@@ -40,7 +41,7 @@ class Step:
         return hashlib.sha256(canonical_json(body)).hexdigest()
 
     def output_dir(self, build_dir: Path) -> Path:
-        return build_dir / ".steps" / self.name.replace("/", "_").replace(":", "_") / self.id
+        return Layout(build_dir).steps / self.name.replace("/", "_").replace(":", "_") / self.id
 
 
 def is_built(step: Step, build_dir: Path) -> bool:
@@ -109,7 +110,7 @@ def publish(build_dir: Path, name: str, step: Step, source: Path) -> bool:
     Returns False when BUILD/NAME already holds this step's output. The published id is kept
     in BUILD/.published/NAME so user-facing directories carry no bookkeeping files.
     """
-    marker = build_dir / ".published" / name
+    marker = Layout(build_dir).published_marker(name)
     target = build_dir / name
     if target.is_dir() and marker.is_file() and marker.read_text() == step.id:
         return False

@@ -6,7 +6,7 @@ becomes `NAME`: an executable zip (PEP 441) holding the listed modules of this p
 once, never copied by hand:
 
     interpreter: /usr/bin/python3 -I
-    main: builder.components.service:main
+    main: builder.components.microshift_components:main
     modules: [builder/__init__.py, builder/core/errors.py, ...]
 
 The bytes depend only on the listed files' contents: fixed timestamps, sorted entries.

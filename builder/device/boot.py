@@ -44,49 +44,11 @@ COMPONENTS_UNIT = "microshift-components.service"
 NODE_ADDRESS, GATEWAY = "192.0.2.10/24", "192.0.2.1"
 SCRIPT_TIMEOUT = 3600.0
 KUBECONFIG = "var/lib/microshift/resources/kubeadmin/kubeconfig"
+STANDIN_DIR = Path(__file__).parent / "standins"
 
-SYSTEMCTL = """#!/bin/sh
-# SIMULATION stand-in for systemctl (python -m builder device): answers is-enabled,
-# is-active and is-failed from the unit states the simulation writes for the booted deployment.
-units="${MICROSHIFT_ROOT:?MICROSHIFT_ROOT is not set}/run/device-sim/units"
-case "$1" in
-    is-enabled|is-active)
-        state=$(cat "${units}/$2.$1" 2>/dev/null || echo unknown)
-        echo "${state}"
-        [ "${state}" = enabled ] || [ "${state}" = active ]
-        ;;
-    is-failed)
-        state=$(cat "${units}/$2.is-active" 2>/dev/null || echo inactive)
-        echo "${state}"
-        [ "${state}" = failed ]
-        ;;
-    reboot)
-        touch "${MICROSHIFT_ROOT}/run/device-sim/reboot-requested"
-        ;;
-    *)
-        echo "systemctl (simulation stand-in): '$1' is not simulated" >&2
-        exit 1
-        ;;
-esac
-"""
-GRUB2_EDITENV = """#!/bin/sh
-# SIMULATION stand-in for grub2-editenv (python -m builder device): lists the simulated
-# device's grubenv; the simulation itself plays grub and greenboot's counter services.
-file="${MICROSHIFT_ROOT:?MICROSHIFT_ROOT is not set}/boot/grub2/grubenv"
-[ "$1" = "-" ] || file="${MICROSHIFT_ROOT}$1"
-if [ "$2" != "list" ]; then
-    echo "grub2-editenv (simulation stand-in): '$2' is not simulated" >&2
-    exit 1
-fi
-[ ! -f "${file}" ] || grep -v '^#' "${file}"
-"""
-VGS = """#!/bin/sh
-# SIMULATION stand-in for LVM's vgs (python -m builder device): the simulated disk has the
-# volume group the kickstarts create, rhel, for TopoLVM's plugin to find.
-echo "  rhel"
-"""
-STANDINS = {"systemctl": SYSTEMCTL, "grub2-editenv": GRUB2_EDITENV, "vgs": VGS}
-
+# Stand-ins the booted root's scripts find first on PATH (builder/device/standins/).
+STANDINS = {name: (STANDIN_DIR / name).read_text()
+            for name in ("systemctl", "grub2-editenv", "vgs")}
 
 @dataclass(frozen=True)
 class BootReport:

@@ -17,8 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.components.service import LINK, MANIFESTS
+from builder.components.microshift_components import LINK, MANIFESTS
 from builder.context import Context
+from builder.core.build_layout import Layout
 from builder.core.errors import BuildError
 from builder.core.files import write_atomic
 from builder.core.ostree import Repo, delta_dir
@@ -30,8 +31,8 @@ from builder.core.signing import (
     stop_agent,
 )
 from builder.core.templates import render_source_tree
-from builder.publish.freshness import sign_timestamp
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
+from builder.publish.statement_signing import sign_timestamp
 from builder.release.template_context import component_context
 from builder.sources.samples import write_payload_standin
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
@@ -42,15 +43,7 @@ CHECK_SCRIPT = "usr/lib/greenboot/check/required.d/40-microshift-running-check.s
 # Package source trees rendered into a sample commit, as if their RPMs were installed.
 SAMPLE_PACKAGES = (("core", "microshift-core"), ("networking-ovnk", "microshift-networking-ovnk"),
                    ("core", "microshift-greenboot"), ("update", "microshift-update"))
-MICROSHIFT_STANDIN = """#!/bin/sh
-# SAMPLE stand-in for the microshift binary (device simulation): the simulation models
-# MicroShift's behaviour itself; this file only makes the tree look installed.
-echo "microshift (SAMPLE stand-in) $*" >&2
-"""
-GREENBOOT_CONF = """# SAMPLE stand-in for the greenboot package's /etc/greenboot/greenboot.conf.
-GREENBOOT_MAX_BOOT_ATTEMPTS=3
-"""
-
+STANDIN_DIR = Path(__file__).parent / "standins"   # the SAMPLE microshift, greenboot.conf
 
 @dataclass(frozen=True)
 class UpdatePair:
@@ -74,7 +67,7 @@ def find_update_pair(ctx: Context, ref: str | None) -> UpdatePair | None:
     With `ref` given, that ref must exist and have a parent. Without it, the repo's only ref
     is used when it has a parent; anything else returns None (use the SAMPLE commits).
     """
-    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    repo = Repo(ctx.layout.ostree_repo, ctx.runner)
     if not repo.exists():
         if ref is not None:
             raise BuildError(f"no composed repository {repo.path} to take {ref} from",
@@ -98,7 +91,9 @@ def _public_key(ctx: Context, repo: Path) -> Path | None:
     """The key the build signed with: a release key's public half (DIR/keys/), else the SAMPLE
     key's, in this build directory or in the one the repository really lives in."""
     for build in (ctx.build_dir, repo.resolve().parent.parent):
-        for key in (*sorted((build / "keys").glob("*.asc")), build / "gpg" / SAMPLE_PUBLIC_KEY):
+        layout = Layout(build)
+        for key in (*sorted(layout.public_key("*").parent.glob("*.asc")),
+                    layout.sample_public_key):
             if key.is_file():
                 return key
     return None
@@ -113,7 +108,7 @@ def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> Upda
     epoch = ctx.release.source_date_epoch
     # The build directory's SAMPLE key (DIR/gpg), as composes use: also a short path, which
     # gpg-agent's socket needs (at most 107 bytes).
-    key = ensure_sample_key(ctx.runner, ctx.progress, ctx.path("gpg"), epoch)
+    key = ensure_sample_key(ctx.runner, ctx.progress, ctx.layout.sample_gpg_home, epoch)
     commits: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix=".sample-tree-", dir=repo_path.parent) as tmp:
@@ -177,13 +172,14 @@ def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int)
         if file.source.is_sample:
             write_payload_standin(tree / file.install.lstrip("/"), file.source.location,
                                   ctx.release.version)
-    _write(tree / "usr/bin/microshift", MICROSHIFT_STANDIN, mode=0o755)
+    _write(tree / "usr/bin/microshift", (STANDIN_DIR / "microshift").read_text(), mode=0o755)
     # What microshift-core's %install adds besides its sources: where MicroShift finds the
     # kustomization microshift-components.service writes at boot.
     link = tree / LINK.lstrip("/")
     link.parent.mkdir(parents=True, exist_ok=True)
     os.symlink(f"/{MANIFESTS}", link)
-    _write(tree / "usr/etc/greenboot/greenboot.conf", GREENBOOT_CONF)
+    _write(tree / "usr/etc/greenboot/greenboot.conf",
+           (STANDIN_DIR / "greenboot.conf").read_text())
     # The part of the image an update changes: incompressible, so the delta is its full size.
     payload = tree / "usr/lib/microshift-sample/update-payload.bin"
     payload.parent.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from builder.device.boot import BootReport, boot
 from builder.device.commits import UpdatePair, check_tree_is_simulatable
 from builder.device.health_server import ApiServer, Health
 from builder.device.sysroot import Device, LinkOptions, PullFailed, TransferReport
-from builder.device.update import UpdateOptions, UpdateReport, run_updater, updates_dir
+from builder.device.updater_run import UpdateOptions, UpdateReport, run_updater, updates_dir
 
 MARKER = "var/lib/microshift/marker"
 OVNK_PLUGIN = "usr/lib/microshift/components.d/005-networking-ovnk"  # images with OVN-K only

@@ -139,7 +139,8 @@ class Device:
     # --- lifecycle --------------------------------------------------------------------
     def init(self, osname: str) -> None:
         if not OSNAME_RE.match(osname):
-            raise InputError("--osname", "", f"{osname!r} is not a valid ostree OS name",
+            raise InputError("command line", "--osname",
+                             f"{osname!r} is not a valid ostree OS name",
                              hint="letters, digits, '.', '_' and '-'")
         if self.sysroot.exists() and any(self.sysroot.iterdir()):
             raise InputError(str(self.sysroot), "", "directory is not empty",

@@ -23,8 +23,8 @@ from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.core.steps import canonical_json, file_digest
+from builder.disk.deployment import Deployment, deploy_sysroot, move_boot
 from builder.disk.grub import PLATFORM_DIR, install_bios_boot, make_core_image
-from builder.disk.sysroot import Deployment, deploy_sysroot, move_boot
 
 LAYOUT = 1                  # bump when the disk's layout changes: part of its identity
 FIRST_SECTOR = 2048         # the boot partition starts at 1 MiB; GRUB's core image before it

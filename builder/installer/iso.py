@@ -11,7 +11,7 @@ With a RHEL boot ISO (`boot_iso`) the files are injected into it and every boot 
 one the ISO is a data disc that does not boot.
 
 Everything is built in a temporary directory beside the target, read back and verified
-(builder/installer/verify.py: xorriso listing, `ostree fsck` of the extracted repo, the
+(builder/installer/read_back.py: xorriso listing, `ostree fsck` of the extracted repo, the
 commit against the manifest, the kickstart against pykickstart, the boot entries, the media
 checksum), and only then renamed into place: a failure leaves no half-written ISO.
 """
@@ -43,7 +43,7 @@ from builder.installer.manifest import (
     Manifest,
     ostree_output,
 )
-from builder.installer.verify import verify_iso
+from builder.installer.read_back import verify_iso
 
 CHECKSUM_RE = re.compile(r"^[0-9a-f]{64}$")
 

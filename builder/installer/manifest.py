@@ -1,5 +1,5 @@
 """What an installer ISO holds besides its repository: the names of its files and its
-manifest. Written by builder/installer/iso.py, read back by builder/installer/verify.py."""
+manifest. Written by builder/installer/iso.py, read back by builder/installer/read_back.py."""
 
 from __future__ import annotations
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builder.blueprint.target import image_target
+from builder.blueprint.target import ImageTarget
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import commit_signed, signed_by
-from builder.core.signing import SAMPLE_PUBLIC_KEY
 from builder.installer.iso import (
     IsoRequest,
     build_installer_iso,
@@ -35,9 +34,7 @@ from builder.publish.sbom import ensure_sbom
 
 @dataclass(frozen=True)
 class MediaOptions:
-    image: str
     url: str | None = None               # the ostree repo devices pull upgrades from
-    ref: str | None = None               # default: the ref `compose` uses for the image
     pull_secret: Path | None = None
     gpg_key: Path | None = None          # public key the commits are signed with
     ssh_key: Path | None = None
@@ -46,59 +43,60 @@ class MediaOptions:
     boot_iso: Path | None = None         # installer only
 
 
-def write_kickstart_file(ctx: Context, options: MediaOptions, variant: str) -> Path:
+def write_kickstart_file(ctx: Context, target: ImageTarget, options: MediaOptions,
+                        variant: str) -> Path:
     """DIR/kickstart/IMAGE-VARIANT.ks (IMAGE-ARCH-VARIANT.ks for a several-architecture
     release: each names its architecture's ref), validated with pykickstart."""
     if variant == "network" and not options.url:
         raise InputError("command line", "--url",
                          "the network kickstart installs from an ostree repo on a server",
                          hint="pass --url http://SERVER/repo, or --embedded for the ISO")
-    with ctx.progress.step(f"kickstart {options.image} ({variant})"):
-        ks = kickstart_context(ctx, options, variant)
+    with ctx.progress.step(f"kickstart {target.image} ({variant})"):
+        ks = kickstart_context(ctx, target, options, variant)
         text = render(variant, ks)
-        out = ctx.path("kickstart", f"{_name(ctx, options.image)}-{variant}.ks")
+        out = ctx.layout.kickstart(_name(ctx, target.image), variant)
         size = write_kickstart(out, text, private=ks.pull_secret is not None)
         ctx.progress.info("validated with pykickstart (RHEL 9 syntax)")
         ctx.progress.wrote(str(out), size)
     return out
 
 
-def build_installer(ctx: Context, options: MediaOptions) -> Manifest:
+def build_installer(ctx: Context, target: ImageTarget, options: MediaOptions) -> Manifest:
     """DIR/installer/IMAGE.iso (IMAGE-ARCH.iso for a several-architecture release): the
     image's commit for the run's architecture, the embedded kickstart and a manifest."""
-    repo = ctx.path("ostree", "repo")
-    with ctx.progress.step(f"installer {options.image}"):
-        ks = kickstart_context(ctx, options, "embedded")
+    repo = ctx.layout.ostree_repo
+    image = target.image
+    with ctx.progress.step(f"installer {image}"):
+        ks = kickstart_context(ctx, target, options, "embedded")
         if options.boot_iso is None:
             # A data ISO does not boot: the kickstart mounts it by label beside a boot ISO.
-            ks = replace(ks, install_url=DATA_MEDIA_URL,
-                         media_label=volume_id_for(options.image))
-        commit = resolve_commit(ctx.runner, repo, ks.ref, options.image)
+            ks = replace(ks, install_url=DATA_MEDIA_URL, media_label=volume_id_for(image))
+        commit = resolve_commit(ctx.runner, repo, ks.ref, image)
         request = IsoRequest(
-            image=options.image, ref=ks.ref, source_repo=repo, kickstart=render("embedded", ks),
+            image=image, ref=ks.ref, source_repo=repo, kickstart=render("embedded", ks),
             kickstart_private=ks.pull_secret is not None,
-            output=installer_path(ctx, options.image),
+            output=installer_path(ctx, image),
             source_date_epoch=ctx.release.source_date_epoch,
             boot_iso=options.boot_iso.resolve() if options.boot_iso else None,
-            sbom=_sbom(ctx, options.image, ks.ref, commit))
+            sbom=_sbom(ctx, target, commit))
         manifest = build_installer_iso(ctx.runner, ctx.progress, request)
         _describe(ctx, manifest)
     return manifest
 
 
 def installer_path(ctx: Context, image: str) -> Path:
-    return ctx.path("installer", f"{_name(ctx, image)}.iso")
+    return ctx.layout.installer(_name(ctx, image))
 
 
 def _name(ctx: Context, image: str) -> str:
     return ctx.release.arch_name(image, ctx.target_arch)
 
 
-def _sbom(ctx: Context, image: str, ref: str, commit: str) -> Path | None:
+def _sbom(ctx: Context, target: ImageTarget, commit: str) -> Path | None:
     """The commit's SBOM for the ISO; a commit that cannot be described (an rpm database
     this machine's rpm cannot read) gets its ISO without one, said out loud."""
     try:
-        return ensure_sbom(ctx, image, ref, commit)
+        return ensure_sbom(ctx, target, commit)
     except BuildError as exc:
         ctx.progress.info(f"WARNING: no SBOM on the ISO: {exc.message}")
         return None
@@ -119,13 +117,14 @@ def _describe(ctx: Context, manifest: Manifest) -> None:
                           f"inst.ks=hd:LABEL={manifest.volume_id}:/{manifest.kickstart}")
 
 
-def kickstart_context(ctx: Context, options: MediaOptions, variant: str) -> KickstartContext:
+def kickstart_context(ctx: Context, target: ImageTarget, options: MediaOptions,
+                      variant: str) -> KickstartContext:
     """The KickstartContext for `variant` from the options and the image's blueprint."""
     from builder.components.config import load_config
 
-    facts = load_image_facts(ctx.path("blueprints", f"{options.image}.toml"), options.image)
-    ref = options.ref or image_target(ctx, options.image).ref
-    repo = ctx.path("ostree", "repo")
+    facts = load_image_facts(target.blueprint, target.image)
+    ref = target.ref
+    repo = ctx.layout.ostree_repo
     gpg_key = options.gpg_key
     if options.microshift_config:
         # The same strict check MicroShift's loader applies: a bad file fails here, once,
@@ -135,7 +134,7 @@ def kickstart_context(ctx: Context, options: MediaOptions, variant: str) -> Kick
     if commit is not None:
         gpg_key = _verifying_key(ctx, repo, ref, commit, gpg_key)
     return KickstartContext(
-        image=options.image,
+        image=target.image,
         install_url=EMBEDDED_REPO_URL if variant == "embedded" else str(options.url),
         ref=ref,
         update_url=options.url,
@@ -165,7 +164,7 @@ def _verifying_key(ctx: Context, repo: Path, ref: str, commit: str,
             raise InputError("command line", "--gpg-key", f"{what} is not signed, so devices "
                              "could not verify it", hint="sign the commit or drop --gpg-key")
         return None
-    sample = ctx.path("gpg", SAMPLE_PUBLIC_KEY)
+    sample = ctx.layout.sample_public_key
     candidate = key or (sample if sample.is_file() else None)
     if candidate is None:
         raise InputError("command line", "--gpg-key",

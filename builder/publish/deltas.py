@@ -11,7 +11,7 @@ The report also says what each update from a previous commit changes
   the builder's compiler (the default) each part is made once for all the paths, profiles
   and architectures that need it, and reused across runs from DIR/cache/delta-parts; with
   ostree's generator each path runs `static-delta generate` with knobs from
-  builder/publish/plan.py. Either way within the machine's cores and the memory ceiling
+  builder/publish/delta_knobs.py. Either way within the machine's cores and the memory ceiling
   (default: half the machine's memory).
 - Each path's offline file DIR/deltas/REF/FROM-TO.delta is then written from its delta
   (builder/publish/offline.py), not generated again.
@@ -36,8 +36,8 @@ from builder.core.ostree import Repo, TreeFile, delta_dir
 from builder.core.progress import human_bytes
 from builder.core.signing import SigningKey, sign_detached, signature_epoch, stop_agent
 from builder.publish.changes import changes_to
+from builder.publish.delta_knobs import PathPlan, default_ceiling, machine_cores, plan_path
 from builder.publish.encodings import delta_encodings
-from builder.publish.freshness import sign_timestamp
 from builder.publish.generate import Generated, PathWork, generate_paths, run_parallel
 from builder.publish.matrix import write_matrix
 from builder.publish.offline import (
@@ -50,7 +50,6 @@ from builder.publish.offline import (
     offline_name,
     write_offline_file,
 )
-from builder.publish.plan import PathPlan, default_ceiling, machine_cores, plan_path
 from builder.publish.report import (
     DeltaReport,
     LargeFile,
@@ -59,6 +58,7 @@ from builder.publish.report import (
     read_superblock,
     report_dir,
 )
+from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import (
     DEFAULT_VALIDITY_SECONDS,
     TIMESTAMP,
@@ -71,8 +71,6 @@ LARGE_FILE = 1024 * 1024  # new files from this size on are listed with their en
 
 @dataclass(frozen=True)
 class DeltaOptions:
-    ref: str | None = None
-    image: str = "microshift-full"
     from_count: int | None = None
     key: SigningKey | None = None
     offline: bool = True
@@ -101,25 +99,17 @@ class _Ref:
     out_dir: Path
 
 
-def resolve_ref(ctx: Context, options: DeltaOptions) -> str:
-    if options.ref:
-        return options.ref
-    from builder.blueprint.target import image_target
-
-    return image_target(ctx, options.image).ref
-
-
-def generate_deltas(ctx: Context, options: DeltaOptions | None = None) -> DeltaReport:
+def generate_deltas(ctx: Context, ref: str, options: DeltaOptions | None = None
+                    ) -> DeltaReport:
     """Generate, publish and measure the deltas to the ref's head (a library entry point)."""
-    options = options or DeltaOptions()
-    [report] = generate_matrix(ctx, [DeltaTarget(ctx, resolve_ref(ctx, options))], options)
+    [report] = generate_matrix(ctx, [DeltaTarget(ctx, ref)], options or DeltaOptions())
     return report
 
 
 def generate_matrix(ctx: Context, targets: Sequence[DeltaTarget],
                     options: DeltaOptions) -> list[DeltaReport]:
     """The deltas of every target ref in one job; one report per ref, in order."""
-    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    repo = Repo(ctx.layout.ostree_repo, ctx.runner)
     if not repo.exists():
         raise BuildError(f"no ostree repository at {repo.path}",
                          hint="run `python -m builder compose` first")

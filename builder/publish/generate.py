@@ -4,7 +4,7 @@
   each part made once across all of them and reused from DIR/cache/delta-parts
   (builder/delta/compiler.py). bsdiff for every modified file, on the machine's cores.
 - `ostree`: `ostree static-delta generate` per path with the knobs of
-  builder/publish/plan.py, paths in parallel within the cores and the memory ceiling. Kept
+  builder/publish/delta_knobs.py, paths in parallel within the cores and the memory ceiling. Kept
   as the reference the builder's deltas are measured against (tests, benchmarks).
 An exact delta already in the repository is kept either way; one with fallback entries
 (made before this code, or by ostree's defaults) is made again.
@@ -25,7 +25,7 @@ from builder.core.progress import human_bytes
 from builder.delta.cache import DEFAULT_LIMIT, PartCache
 from builder.delta.compiler import DeltaRequest, compile_deltas
 from builder.delta.layout import Encoder
-from builder.publish.plan import PathPlan, schedule
+from builder.publish.delta_knobs import PathPlan, schedule
 from builder.publish.report import read_superblock
 
 GENERATORS = ("builder", "ostree")
@@ -59,7 +59,7 @@ class Generated:
 
 
 def part_cache(ctx: Context, limit: int | None = None) -> PartCache:
-    return PartCache(ctx.path("cache", "delta-parts"), limit or DEFAULT_LIMIT)
+    return PartCache(ctx.layout.cache("delta-parts"), limit or DEFAULT_LIMIT)
 
 
 def generate_paths(ctx: Context, work: Sequence[PathWork], generator: str, *, jobs: int,

@@ -34,7 +34,7 @@ def pull_published(ctx: Context, url: str, ref: str, depth: int,
                          "of a published ostree repository")
     if depth < 1:
         raise InputError("command line", "--depth", "must be 1 or more")
-    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    repo = Repo(ctx.layout.ostree_repo, ctx.runner)
     repo.init("archive")
     with ctx.progress.step(f"pull {ref} (last {depth} commits) from {url}"), \
             temporary_gnupg_home("release-key-") as scratch:

@@ -47,7 +47,7 @@ def write_matrix(ctx: Context, reports: Sequence[DeltaReport], wall: float) -> d
                        "cached_part_uses": sum(r["cached"] or 0 for r in rows),
                        "shared_part_uses": sum(r["shared"] or 0 for r in rows),
                        "kept": sum(1 for r in rows if not r["generated"])}}
-    out = ctx.path("deltas")
+    out = ctx.layout.deltas
     write_atomic(out / "matrix.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
     write_atomic(out / "matrix.txt", matrix_text(data) + "\n")
     ctx.progress.info(matrix_text(data))

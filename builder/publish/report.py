@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from builder.core.build_layout import Layout
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo, TreeObjects, delta_dir, object_path
 from builder.core.progress import human_bytes
@@ -196,4 +197,4 @@ def report_dir(build_dir: Path, ref: str) -> Path:
     """DIR/deltas/REF/: one ref's report and offline files, apart from other images' refs.
 
     ostree ref components start with a letter, digit or '_', so a ref is a safe sub-path."""
-    return build_dir / "deltas" / ref
+    return Layout(build_dir).ref_deltas(ref)

@@ -3,7 +3,7 @@
 It lists what the commit holds (builder/publish/contents.py reads it from the commit):
 - every RPM of its rpm database: name, [epoch:]version-release, arch, declared license,
   supplier (the RPM vendor), a `pkg:rpm` purl and, for the packages of the image's lock
-  file (DIR/blueprints/NAME.lock.json), the sha256 of the RPM file that was installed;
+  file (DIR/blueprints/NAME.ARCH.lock.json), the sha256 of the RPM file that was installed;
 - every image of its read-only image store, with a `pkg:oci` purl and its manifest digest;
 - the files of the MicroShift payload (/usr/bin/microshift, and the release's other
   `payload.files`: microshift-etcd, ...) with the sha256 rpm recorded for each;
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from builder.blueprint.target import ImageTarget
 from builder.compose.inputs import PackageFile, load_compose_inputs
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
@@ -69,17 +70,14 @@ class SbomInputs:
 
 def sbom_path(ctx: Context, image: str) -> Path:
     """DIR/sbom/IMAGE.spdx.json, IMAGE-ARCH.spdx.json for a several-architecture release."""
-    return ctx.path("sbom", f"{ctx.release.arch_name(image, ctx.target_arch)}.spdx.json")
+    return ctx.layout.sbom(ctx.release.arch_name(image, ctx.target_arch))
 
 
-def write_sbom(ctx: Context, image: str, ref: str | None = None,
-               commit: str | None = None) -> Path:
-    """Write the SBOM (`sbom_path`) of the commit `ref` points to (default: the image's ref
-    for the run's architecture, as `compose` chose it)."""
-    from builder.blueprint.target import image_target
-
-    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
-    ref = ref or image_target(ctx, image).ref
+def write_sbom(ctx: Context, target: ImageTarget, commit: str | None = None) -> Path:
+    """Write the SBOM (`sbom_path`) of `commit`, default the one the target's ref points
+    to."""
+    repo = Repo(ctx.layout.ostree_repo, ctx.runner)
+    image, ref = target.image, target.ref
     commit = commit or (repo.rev_parse(ref) if repo.exists() else None)
     if commit is None:
         raise BuildError(f"{repo.path} has no commit on ref {ref} for image {image}",
@@ -104,12 +102,12 @@ def write_sbom(ctx: Context, image: str, ref: str | None = None,
     return path
 
 
-def ensure_sbom(ctx: Context, image: str, ref: str, commit: str) -> Path:
+def ensure_sbom(ctx: Context, target: ImageTarget, commit: str) -> Path:
     """The SBOM (`sbom_path`) describing `commit`: the existing one, else a new one."""
-    path = sbom_path(ctx, image)
-    if described_commit(path) == (ref, commit):
+    path = sbom_path(ctx, target.image)
+    if described_commit(path) == (target.ref, commit):
         return path
-    return write_sbom(ctx, image, ref, commit)
+    return write_sbom(ctx, target, commit)
 
 
 def described_commit(path: Path) -> tuple[str, str] | None:

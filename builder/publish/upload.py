@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.context import Context
+from builder.core.build_layout import Layout
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
-from builder.publish.freshness import staged_refs, stale_statements
 from builder.publish.offline import INDEX, SUFFIX
-from builder.publish.rollout import (
+from builder.publish.rollout_statement import (
     RolloutPlan,
     index_head,
     local_site,
@@ -58,13 +58,14 @@ from builder.publish.rollout import (
     statements_lock,
 )
 from builder.publish.sbom import described_commit
+from builder.publish.statement_signing import staged_refs, stale_statements
 from builder.updater.freshness import (
     DEFAULT_VALIDITY_SECONDS,
     TIMESTAMP,
     TIMESTAMP_SIGNATURE,
     date_text,
 )
-from builder.updater.rollout import Rollout
+from builder.updater.waves import Rollout
 
 PHASES = ("objects", "metadata", "refs")
 UPDATE_INDEX = (INDEX, INDEX + ".sig", TIMESTAMP, TIMESTAMP_SIGNATURE)
@@ -98,7 +99,7 @@ class PublishResult:
 
 
 def publish(ctx: Context, options: PublishOptions) -> PublishResult:
-    repo = Repo(ctx.path("ostree", "repo"), ctx.runner)
+    repo = Repo(ctx.layout.ostree_repo, ctx.runner)
     sources = [ctx.build_dir, *(path.resolve() for path in options.merge)]
     with ctx.progress.step(f"publish to {options.target}"):
         if options.merge:
@@ -236,7 +237,7 @@ def merge_builds(ctx: Context, repo: Repo, builds: Iterable[Path], key: SigningK
     repo.init("archive")
     owners: dict[str, tuple[str, Path]] = {}
     for build in builds:
-        other = Repo(build / "ostree" / "repo", ctx.runner)
+        other = Repo(Layout(build).ostree_repo, ctx.runner)
         if not other.exists():
             raise InputError(str(build), "", "has no ostree/repo: not a build directory "
                              "with a composed image")
@@ -276,7 +277,7 @@ def stage_sboms(builds: Iterable[Path], dest: Path, refs: dict[str, str]) -> int
     """sbom/REF/COMMIT.spdx.json for every SBOM that describes a commit being published."""
     count = 0
     for build in builds:
-        for path in sorted((build / "sbom").glob("*.spdx.json")):
+        for path in sorted(Layout(build).sboms.glob("*.spdx.json")):
             described = described_commit(path)
             if described is None or refs.get(described[0]) is None:
                 continue
@@ -293,7 +294,7 @@ def stage_reports(builds: Iterable[Path], dest: Path) -> int:
     updaters fetch (builder/updater): index.json, index.json.sig and the delta files."""
     count = 0
     for build in builds:
-        deltas = build / "deltas"
+        deltas = Layout(build).deltas
         for report in sorted(deltas.rglob("report.json")) if deltas.is_dir() else []:
             ref_dir = report.parent.relative_to(deltas)
             names = ["report.json", "report.txt", *UPDATE_INDEX,

@@ -46,9 +46,13 @@ class OstreeSettings:
 
     def ref_for(self, arch: str, image: str, profile_ref: str | None = None) -> str:
         """The ref an image's commits go to: release.yaml, else the profile's, else default."""
-        template = self.ref or profile_ref or DEFAULT_REF
-        return template.replace("{arch}", arch).replace("{image}", image).replace(
-            "{name}", image)
+        return substitute_ref(self.ref or profile_ref or DEFAULT_REF, arch=arch, image=image)
+
+
+def substitute_ref(template: str, *, arch: str, image: str) -> str:
+    """The one place a ref template becomes a ref: `{arch}` and `{image}` (profiles.yaml's
+    `{name}` too) filled in. Applying it to a ref it made gives that ref again."""
+    return template.replace("{arch}", arch).replace("{image}", image).replace("{name}", image)
 
 
 def parse_ostree(data: Any, root: Path, file: str = "release.yaml") -> OstreeSettings:

@@ -1,4 +1,4 @@
-"""Fleet rollouts, the admin's and the collector's side (devices: builder/updater/rollout.py,
+"""Fleet rollouts, the admin's and the collector's side (devices: builder/updater/waves.py,
 fleet.py, verdicts.py, outcome.py).
 
 Takes: a published directory (SITE/updates/REF/timestamp.json, whose signed statement

@@ -2,7 +2,7 @@
 collector makes by itself.
 
 Every change re-signs the ref's statement (SITE/updates/REF/timestamp.json) with the release
-key, under the statements lock (builder/publish/rollout.py), issued after the one it
+key, under the statements lock (builder/publish/rollout_statement.py), issued after the one it
 replaces and valid as long as it was: devices see the change at their next run, and a
 replay of the older statement is refused like any replayed index. `now` is the caller's
 clock (the tests' is their own): it dates waves and measures their soak.
@@ -17,7 +17,7 @@ from typing import Any
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, stop_agent
-from builder.publish.rollout import (
+from builder.publish.rollout_statement import (
     RolloutPlan,
     index_head,
     read_statement,
@@ -25,9 +25,9 @@ from builder.publish.rollout import (
     statements_lock,
 )
 from builder.rollout.store import Store, WaveCounts
-from builder.rollout.verify import Verdict
+from builder.rollout.verdict_check import Verdict
 from builder.updater.freshness import Timestamp
-from builder.updater.rollout import Rollout, Wave
+from builder.updater.waves import Rollout, Wave
 
 UPDATES = "updates"
 

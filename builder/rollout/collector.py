@@ -1,7 +1,7 @@
 """The collector: devices POST their signed verdicts here (`python -m builder rollout serve`).
 
     POST /verdicts    one verdict (builder/updater/verdicts.py): 201 recorded, 200 an
-                      identical resend, 4xx refused (builder/rollout/verify.py), counted
+                      identical resend, 4xx refused (builder/rollout/verdict_check.py), counted
     GET  /status      `rollout status --json` of every ref with a rollout
     GET  /healthz     200 while the collector runs
 
@@ -36,9 +36,9 @@ from builder.core.errors import BuildError
 from builder.rollout.admin import Signer, Site, halt_if_over, status
 from builder.rollout.guard import guarded
 from builder.rollout.store import MAX_VERDICTS, Store
-from builder.rollout.verify import Refused, Verdict, check
-from builder.updater.rollout import Rollout
+from builder.rollout.verdict_check import Refused, Verdict, check
 from builder.updater.verdicts import MAX_VERDICT
+from builder.updater.waves import Rollout
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ Trust: a device's public key and labels are pinned to its machine id the first t
 verdict of it arrives (trust on first use), or ahead of that by `rollout enroll`; with
 `enrolled_only` the collector takes verdicts of enrolled devices only. The labels decide,
 with the device's place, which wave it is in: a verdict for another wave, or for a wave that
-is not open, is refused (builder/rollout/verify.py `check_wave`), and so is a device's
+is not open, is refused (builder/rollout/verdict_check.py `check_wave`), and so is a device's
 verdict past `max_verdicts` for one rollout.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import BuildError
-from builder.rollout.verify import Refused, Verdict, check_wave
-from builder.updater.rollout import Rollout
+from builder.rollout.verdict_check import Refused, Verdict, check_wave
+from builder.updater.waves import Rollout
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (

@@ -35,8 +35,8 @@ from builder.release.template_context import component_context
 from builder.rpm.lint import run_rpmlint
 from builder.rpm.payloads import resolve_payload
 from builder.rpm.repos import publish_arch_repos
+from builder.rpm.rpm_signing import sign_repo, sign_rpms
 from builder.rpm.rpmbuild import build_spec, rpm_macros
-from builder.rpm.signing import sign_repo, sign_rpms
 
 NOARCH = re.compile(r"^BuildArch:\s*noarch\s*$", re.MULTILINE)
 
@@ -79,7 +79,7 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
         for pkg in packages:
             rpms.extend(_build(ctx, pkg))
         specs = {_spec_name(pkg): pkg.spec_text for pkg in packages}
-        replace_dir(ctx.path("specs"), lambda tmp: _write_specs(tmp, specs))
+        replace_dir(ctx.layout.specs, lambda tmp: _write_specs(tmp, specs))
     if lint:
         run_rpmlint(ctx, rpms)
     if key is not None:
@@ -88,15 +88,15 @@ def build_release_rpms(ctx: Context, *, lint: bool = True,
     inputs = {"rpms": {rpm.name: file_digest(rpm) for rpm in rpms}, "epoch": epoch,
               "signed_by": key.key_id if key else None}
     with ctx.progress.step("repo: createrepo_c, one repository per architecture"):
-        publish_arch_repos(ctx, rpms, "repo", signed_by=key.key_id if key else None,
+        publish_arch_repos(ctx, rpms, ctx.layout.yum_repos, signed_by=key.key_id if key else None,
                            sign=None if key is None else lambda out: sign_repo(ctx, out, key))
         rpms_step = Step("rpms", inputs)
         rpms_out, _ = materialize(rpms_step, ctx.build_dir, lambda out: link_files(rpms, out),
                                   ctx.progress)
         publish(ctx.build_dir, "rpms", rpms_step, rpms_out)
-        ctx.progress.info(f"{len(rpms)} RPMs in {ctx.path('rpms')}, repositories "
-                          f"{ctx.path('repo')}/{{{','.join(release.architectures)}}}")
-    return sorted(ctx.path("rpms").glob("*.rpm"))
+        ctx.progress.info(f"{len(rpms)} RPMs in {ctx.layout.rpms}, repositories "
+                          f"{ctx.layout.yum_repos}/{{{','.join(release.architectures)}}}")
+    return sorted(ctx.layout.rpms.glob("*.rpm"))
 
 
 def _spec_name(pkg: PackageBuild) -> str:

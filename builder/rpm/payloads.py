@@ -67,7 +67,7 @@ def _resolve(ctx: Context, field: str, payload: Payload, sample_dest: Path) -> P
     if payload.kind == "path":
         return Path(payload.location)
     assert payload.sha256 is not None
-    cached = ctx.path(".cache", "payloads", payload.sha256)
+    cached = ctx.layout.cache("payloads") / payload.sha256
     if cached.is_file() and file_digest(cached) == payload.sha256:
         return cached
     _download(ctx, payload.location, payload.sha256, cached, field)

@@ -23,12 +23,14 @@ def rpms_for(rpms: list[Path], arch: str) -> list[Path]:
     return [rpm for rpm in rpms if rpm.name.endswith((f".{arch}.rpm", ".noarch.rpm"))]
 
 
-def publish_arch_repos(ctx: Context, rpms: list[Path], name: str, *,
+def publish_arch_repos(ctx: Context, rpms: list[Path], top: Path, *,
                        signed_by: str | None = None,
                        sign: Callable[[Path], object] | None = None) -> list[Path]:
-    """Publish DIR/NAME/ARCH for every architecture of the run; return the directories."""
+    """Publish TOP/ARCH (TOP a directory of the build directory's layout) for every
+    architecture of the run; return the directories."""
     epoch = ctx.release.source_date_epoch
-    _drop_single_repo_layout(ctx.build_dir, name)
+    name = top.relative_to(ctx.build_dir).as_posix()
+    _drop_single_repo_layout(ctx, top)
     published = []
     for arch in ctx.release.architectures:
         selected = rpms_for(rpms, arch)
@@ -43,18 +45,17 @@ def publish_arch_repos(ctx: Context, rpms: list[Path], name: str, *,
 
         out, _ = materialize(step, ctx.build_dir, make_repo, ctx.progress)
         publish(ctx.build_dir, f"{name}/{arch}", step, out)
-        ctx.progress.info(f"{arch}: {len(selected)} RPMs in {ctx.path(name, arch)}")
-        published.append(ctx.path(name, arch))
+        ctx.progress.info(f"{arch}: {len(selected)} RPMs in {top / arch}")
+        published.append(top / arch)
     return published
 
 
-def _drop_single_repo_layout(build_dir: Path, name: str) -> None:
-    """A build directory from before per-architecture repositories has DIR/NAME/repodata:
-    it would shadow nothing but mislead whoever serves DIR/NAME, so it goes."""
-    top = build_dir / name
+def _drop_single_repo_layout(ctx: Context, top: Path) -> None:
+    """A build directory from before per-architecture repositories has TOP/repodata:
+    it would shadow nothing but mislead whoever serves TOP, so it goes."""
     if (top / "repodata").is_dir():
         for legacy in ("repodata", "Packages"):
             shutil.rmtree(top / legacy, ignore_errors=True)
-    marker = build_dir / ".published" / name
+    marker = ctx.layout.published_marker(top.relative_to(ctx.build_dir).as_posix())
     if marker.is_file():
         marker.unlink()

@@ -148,7 +148,7 @@ def build_sample_base(ctx: Context) -> Path:
     as the project's own."""
     release = ctx.release
     epoch = release.source_date_epoch
-    base = ctx.path("sample-base")
+    base = ctx.layout.sample_base
     outputs: list[Path] = []
     builds = [(s, arch) for arch in release.architectures for s in stand_ins(arch)]
     unbuilt = [s for s, arch in builds if not is_built(_step(s, arch, epoch), ctx.build_dir)]
@@ -195,7 +195,7 @@ def _publish(ctx: Context, rpms: list[Path], base: Path, epoch: int) -> None:
     rpms_out, _ = materialize(rpms_step, ctx.build_dir,
                               lambda out: link_files(rpms, out), ctx.progress)
     publish(ctx.build_dir, "sample-base/rpms", rpms_step, rpms_out)
-    publish_arch_repos(ctx, rpms, "sample-base/repo")
+    publish_arch_repos(ctx, rpms, ctx.layout.sample_base_repos)
     ctx.progress.info(f"{len(rpms)} SAMPLE stand-in RPMs in {base / 'rpms'}; "
                       f"repositories {base / 'repo'}/ARCH")
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from builder.core.errors import ToolError
-from builder.updater.children import repo_lock_holders
 from builder.updater.fetch import DeadlineReached, Patience, check_deadline
 from builder.updater.index import UpdateRefused
+from builder.updater.processes import repo_lock_holders
 from builder.updater.system import Booted, System
 
 DEPLOYMENT_LINE = re.compile(r"^[* ] (?P<os>\S+) (?P<checksum>[0-9a-f]{64})\.\d+", re.M)

@@ -1,7 +1,7 @@
 """Every HTTP request the updater makes, bounded: a server that answers slowly, never
 finishes, or dribbles a byte every few seconds cannot hold a device.
 
-Three bounds, from /etc/microshift/update.yaml (builder/updater/config.py):
+Three bounds, from /etc/microshift/update.yaml (builder/updater/update_config.py):
 
 - `timeout_seconds`: to connect, and to send the complete status line and headers;
 - `low_speed_bytes_per_second`: a body must average at least this over every window of

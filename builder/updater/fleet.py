@@ -20,10 +20,10 @@ from typing import Any
 
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
-from builder.updater.config import UpdateConfig
 from builder.updater.outcome import Outcome, OutcomeFile, note, settled
-from builder.updater.rollout import Rollout, hold_reason, wave_of
+from builder.updater.update_config import UpdateConfig
 from builder.updater.verdicts import DeviceKey, Outbox, report
+from builder.updater.waves import Rollout, hold_reason, wave_of
 
 MACHINE_ID = "etc/machine-id"
 

@@ -29,8 +29,8 @@ from typing import Any
 
 from builder.core.bounded_json import BadDocument, Doc
 from builder.updater.index import CHECKSUM, UpdateRefused, load_document
-from builder.updater.rollout import Rollout, parse_rollout
 from builder.updater.state import read_json, write_atomic
+from builder.updater.waves import Rollout, parse_rollout
 
 TIMESTAMP = "timestamp.json"
 TIMESTAMP_SIGNATURE = "timestamp.json.sig"
@@ -45,7 +45,7 @@ class Timestamp:
     index_sha256: str
     issued: int
     expires: int
-    rollout: Rollout | None = None   # builder/updater/rollout.py; None: every device at once
+    rollout: Rollout | None = None   # builder/updater/waves.py; None: every device at once
 
     def to_json(self) -> str:
         document: dict[str, Any] = {"format": TIMESTAMP_FORMAT, "ref": self.ref,

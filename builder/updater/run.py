@@ -11,8 +11,7 @@ from typing import Any
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.updater import apply
-from builder.updater.config import UpdateConfig
-from builder.updater.download import Download, Limits, Transfer
+from builder.updater.delta_download import Download, Limits, Transfer
 from builder.updater.fleet import Fleet
 from builder.updater.freshness import (
     ACCEPTED,
@@ -41,6 +40,7 @@ from builder.updater.pull import pull
 from builder.updater.state import DamagedState, write_atomic
 from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
+from builder.updater.update_config import UpdateConfig
 
 STAGING = STATE_DIR / "staging"
 ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line

@@ -4,7 +4,7 @@ Each boot is its own QEMU process (`-no-reboot`: a guest reboot ends the process
 next boot starts a fresh one; under TCG GRUB's disk reads are several times slower after an
 in-place reset). The guest's only network is QEMU's user network with `restrict=on`: it
 reaches nothing but the forwards given here, each a service on this machine's loopback,
-through `guestfwd` (a relay process per connection, builder.vm.relay). QEMU dies with the
+through `guestfwd` (a relay process per connection, builder.vm.guest_relay). QEMU dies with the
 process that started it (setpriv --pdeathsig), so a killed scenario leaves no VM behind.
 """
 
@@ -38,7 +38,7 @@ class Forward:
     host_port: int
 
     def option(self) -> str:
-        relay = f"{sys.executable} -m builder.vm.relay 127.0.0.1 {self.host_port}"
+        relay = f"{sys.executable} -m builder.vm.guest_relay 127.0.0.1 {self.host_port}"
         if "," in relay:
             raise BuildError(f"the relay command {relay!r} has a comma, which QEMU's option "
                              "syntax cannot carry")

@@ -18,18 +18,15 @@ from typing import Any
 
 import yaml
 
-from builder.baseos.build import REF as BASE_REF
-from builder.baseos.build import BootableBase
-from builder.blueprint.build import build_blueprint
-from builder.compose.commit import ComposeOptions, compose_image
+from builder.baseos.bootable import REF as BASE_REF
+from builder.baseos.bootable import BootableBase
+from builder.chain import run_chain
 from builder.context import Context
+from builder.core.build_layout import Layout
 from builder.core.errors import InputError
-from builder.core.signing import SAMPLE_PUBLIC_KEY, SigningKey, ensure_sample_key
-from builder.publish.deltas import DeltaOptions, generate_deltas
+from builder.core.ostree import Repo
+from builder.plan import BuildOptions, Keys, make_plan
 from builder.release.document import BINARY
-from builder.rpm.packages import build_release_rpms
-from builder.rpm.payloads import check_payloads
-from builder.rpm.sample_base import build_sample_base
 
 IMAGE = "microshift-minimal"   # core alone: no Open vSwitch or LVM on the SAMPLE base
 LOCAL_SOURCES = ("oci:", "oci-archive:", "docker-archive:", "dir:")
@@ -109,29 +106,28 @@ def _absolute_paths(node: Any, root: Path) -> None:
 
 
 def build_pair(ctx: Context, build_dir: Path, releases: tuple[Path, Path]) -> BuiltPair:
-    """Build v1, then v2 onto the same ref, signed with the build directory's SAMPLE key.
-    The ref starts empty each time (a rerun's v1 would follow its own v2); the RPM and
-    blueprint steps' caches are kept."""
-    for published in ("ostree", "deltas"):
-        shutil.rmtree(build_dir / published, ignore_errors=True)
+    """Build v1, then v2 onto the same ref, signed with the build directory's SAMPLE key,
+    through the same chain as `build-image` (builder/chain.py): v1 up to its compose, v2 on
+    to the delta from v1. The ref starts empty each time (a rerun's v1 would follow its
+    own v2); the RPM and blueprint steps' caches are kept."""
+    layout = Layout(build_dir)
+    for published in (layout.ostree, layout.deltas):
+        shutil.rmtree(published, ignore_errors=True)
     commits, versions, ref = [], [], ""
-    key: SigningKey | None = None
     for number, release in enumerate(releases, 1):
         run = Context(build_dir, release, ctx.progress, ctx.runner, ctx.target_arch)
+        stages = ("rpms", "blueprint", "compose", *(("deltas",) if number == 2 else ()))
+        plan = make_plan(run, [IMAGE], keys=Keys.of(run, sample_always=True),
+                         options=BuildOptions(stages=stages, deltas_from=1,
+                                              scratch_delta=False))
         with ctx.progress.step(f"v{number}: {run.release.evr} ({IMAGE}) onto the SAMPLE "
                                "bootable base"):
-            key = key or ensure_sample_key(run.runner, run.progress, run.path("gpg"),
-                                           run.release.source_date_epoch)
-            check_payloads(run)
-            build_sample_base(run)
-            build_release_rpms(run)
-            build_blueprint(run, IMAGE)
-            result = compose_image(run, IMAGE, ComposeOptions(key=key))
-            if number == 2:
-                generate_deltas(run, DeltaOptions(image=IMAGE, from_count=1, key=key,
-                                                  scratch=False))
-        commits.append(result.commit)
+            run_chain(run, plan)
+        [target] = plan.targets
+        commit = Repo(layout.ostree_repo, run.runner).rev_parse(target.ref)
+        assert commit is not None  # the compose stage made it
+        commits.append(commit)
         versions.append(run.release.evr)
-        ref = result.ref
+        ref = target.ref
     return BuiltPair(build_dir, ref, commits[0], commits[1], versions[0], versions[1],
-                     build_dir / "gpg" / SAMPLE_PUBLIC_KEY)
+                     layout.sample_public_key)

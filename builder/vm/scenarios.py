@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builder.baseos.build import ensure_bootable_base
+from builder.baseos.bootable import ensure_bootable_base
 from builder.context import Context
 from builder.core.errors import BuildError
 from builder.device.repo_server import RepoServer
+from builder.disk.deployment import Deployment
 from builder.disk.image import build_disk
-from builder.disk.sysroot import Deployment
 from builder.rpm.sample_base import build_sample_base
 from builder.updater.index import INDEX, parse_index
 from builder.vm.boots import BootRecord, watch
@@ -156,7 +156,7 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     with ctx.progress.step(f"{scenario.name}: disk image of v1"):
         disk = _disk(ctx, pair, scenario, options, run)
     outcome.accel, outcome.accel_reason = probe_accel(
-        disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.path("vm", "accel.json"))
+        disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel)
     ctx.progress.info(f"accelerator: {outcome.accel} ({outcome.accel_reason})")
     server = RepoServer(pair.build_dir / "ostree/repo", updates=pair.build_dir / "deltas")
     with server:

@@ -315,7 +315,7 @@ def test_a_compose_is_skipped_only_for_the_recorded_head_and_inputs(tmp_path: Pa
     identity = compose_identity(inputs)
     assert not _already_composed(job, head, identity)  # nothing recorded yet
     _record_inputs(job, head, inputs)
-    record = job.ctx.path("ostree", "compose-inputs", f"{REF}.json")
+    record = job.ctx.layout.compose_inputs(REF)
     assert job.archive.path not in record.parents  # commits stay a function of their content
     assert json.loads(record.read_text()) == {"commit": head, "identity": identity,
                                               "inputs": inputs}
@@ -340,7 +340,7 @@ def test_the_log_says_why_a_compose_runs(tmp_path: Path) -> None:
     assert _why_compose(job, head, inputs) == (f"no record of what {REF}'s head was composed "
                                                "from")
     _record_inputs(job, head, inputs)
-    record = job.ctx.path("ostree", "compose-inputs", f"{REF}.json")
+    record = job.ctx.layout.compose_inputs(REF)
     assert _why_compose(job, "e" * 64, inputs) == (f"{REF} has moved since the compose "
                                                    f"recorded in {record}")
     newer = {**inputs, "lock": "0" * 64, "builder": "newer code"}
@@ -349,17 +349,17 @@ def test_the_log_says_why_a_compose_runs(tmp_path: Path) -> None:
 
 def test_one_compose_at_a_time_in_a_fresh_work_directory(tmp_path: Path) -> None:
     ctx = Context(tmp_path / "build", RELEASE)
-    stale = ctx.path("ostree", "work", "tree", "left-by-a-killed-compose")
+    stale = ctx.layout.ostree / "work" / "tree" / "left-by-a-killed-compose"
     stale.parent.mkdir(parents=True)
     stale.write_text("x")
     old = os.umask(0o077)
     try:
         with compose_lock(ctx) as work:
-            assert work == ctx.path("ostree", "work") and list(work.iterdir()) == []
+            assert work == ctx.layout.ostree / "work" and list(work.iterdir()) == []
             assert os.umask(0o022) == 0o022  # files the compose creates get 0644 / 0755
             with pytest.raises(BuildError) as busy, compose_lock(ctx):
                 pass
-            assert str(busy.value) == (f"another compose is running in {ctx.path('ostree')} "
+            assert str(busy.value) == (f"another compose is running in {ctx.layout.ostree} "
                                        "(hint: wait for it to finish)")
         assert not work.exists()
         assert os.umask(0o077) == 0o077  # the caller's umask is back

@@ -24,8 +24,8 @@ from builder.core.errors import InputError
 from builder.core.models import validate
 from builder.core.zipapp import build_zipapp
 from builder.release.document import ReleaseDocument
-from builder.updater.config import parse_update_config
-from builder.updater.model import UpdateDocument
+from builder.updater.update_config import parse_update_config
+from builder.updater.update_model import UpdateDocument
 from tests.components.test_schemas import OVNK, TOPOLVM
 from tests.support.cli import PROJECT_ROOT, RELEASE
 

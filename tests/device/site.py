@@ -17,9 +17,15 @@ from builder.device.boot import boot
 from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.health_server import ApiServer
 from builder.device.sysroot import Device
-from builder.device.update import UPDATER, UpdateFailed, UpdateOptions, UpdateReport, run_updater
-from builder.publish.freshness import sign_timestamp
+from builder.device.updater_run import (
+    UPDATER,
+    UpdateFailed,
+    UpdateOptions,
+    UpdateReport,
+    run_updater,
+)
 from builder.publish.offline import INDEX, index_json, offline_name, write_offline_file
+from builder.publish.statement_signing import sign_timestamp
 
 SIM = {"retry_delay_seconds": 0, "timeout_seconds": 20}
 

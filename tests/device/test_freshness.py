@@ -21,8 +21,8 @@ from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, ensure_sample_key, stop_agent
 from builder.device.commits import SAMPLE_REF, UpdatePair
-from builder.device.update import UpdateOptions, run_updater
-from builder.publish.freshness import sign_timestamp
+from builder.device.updater_run import UpdateOptions, run_updater
+from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import ACCEPTED, TIMESTAMP
 from tests.device.site import SIM, booted_device, refused, sign_index, site, status, updates
 from tests.support import requires

@@ -23,7 +23,13 @@ import pytest
 
 from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.sysroot import Device
-from builder.device.update import UPDATER, UpdateFailed, UpdateOptions, UpdateReport, run_updater
+from builder.device.updater_run import (
+    UPDATER,
+    UpdateFailed,
+    UpdateOptions,
+    UpdateReport,
+    run_updater,
+)
 from builder.publish.offline import INDEX, offline_name
 from tests.device.site import SIM, booted_device, sign_index, site, status, updates
 from tests.support import requires

@@ -21,7 +21,7 @@ from builder.core.signing import ensure_sample_key, sign_detached, stop_agent
 from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
-from builder.device.update import (
+from builder.device.updater_run import (
     STATUS,
     UpdateFailed,
     UpdateOptions,

@@ -15,9 +15,9 @@ from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.paths import BASEOS_DIR
 from builder.core.runner import Runner
+from builder.disk.deployment import GENERATOR, Deployment
 from builder.disk.grub import PLATFORM_DIR
 from builder.disk.image import BOOT_SIZE, FIRST_SECTOR, build_disk
-from builder.disk.sysroot import GENERATOR, Deployment
 from tests.support import requires
 
 pytestmark = [pytest.mark.integration,

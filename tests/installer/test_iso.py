@@ -331,7 +331,7 @@ def test_boot_config_edits_replace_an_earlier_inst_ks() -> None:
 
 def test_verification_catches_a_manifest_mismatch(build_dir: Path, tmp_path: Path) -> None:
     from builder.installer.manifest import Manifest
-    from builder.installer.verify import verify_iso
+    from builder.installer.read_back import verify_iso
 
     assert installer(build_dir) == 0
     iso = build_dir / "installer" / f"{IMAGE}.iso"
@@ -409,7 +409,7 @@ def verified(build_dir: Path, tmp_path: Path) -> tuple[Path, Any, Any]:
     """An installer ISO built on the stand-in boot ISO, its manifest and the boot listing;
     the unmodified ISO passes the read-back."""
     from builder.installer.manifest import Manifest
-    from builder.installer.verify import verify_iso
+    from builder.installer.read_back import verify_iso
 
     boot = make_boot_iso(tmp_path)
     assert installer(build_dir, "--boot-iso", boot) == 0
@@ -450,7 +450,7 @@ def object_of(iso: Path, tmp_path: Path, suffix: str) -> str:
 ])
 def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_path: Path,
                                          what: str, message: str) -> None:
-    from builder.installer.verify import verify_iso
+    from builder.installer.read_back import verify_iso
 
     iso, manifest, listing = verified
     if what == "object":  # one byte of a directory tree object
@@ -480,7 +480,7 @@ def test_read_back_refuses_a_damaged_iso(verified: tuple[Path, Any, Any], tmp_pa
 
 def test_read_back_refuses_boot_images_other_than_the_boot_iso_s(
         verified: tuple[Path, Any, Any], tmp_path: Path) -> None:
-    from builder.installer.verify import verify_iso
+    from builder.installer.read_back import verify_iso
 
     iso, manifest, _ = verified
     (tmp_path / "other").mkdir()
@@ -495,7 +495,7 @@ def test_read_back_refuses_boot_images_other_than_the_boot_iso_s(
 
 def test_read_back_refuses_an_iso_without_its_kickstart(verified: tuple[Path, Any, Any],
                                                          tmp_path: Path) -> None:
-    from builder.installer.verify import verify_iso
+    from builder.installer.read_back import verify_iso
 
     iso, manifest, listing = verified
     without = tmp_path / "without-ks.iso"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from builder.blueprint.target import image_target
 from builder.context import Context
 from builder.core.children import gpg_agents
 from builder.core.errors import BuildError
@@ -31,7 +32,6 @@ from builder.publish.deltas import (
     DeltaTarget,
     generate_deltas,
     generate_matrix,
-    resolve_ref,
 )
 from builder.publish.report import read_superblock, report_dir
 from tests.support.cli import RELEASE
@@ -91,7 +91,7 @@ def make_chain(root: Path, commits: int, ref: str = REF) -> Chain:
 
 
 def deltas(chain: Chain, runner: Runner | None = None, **options: Any) -> dict[str, Any]:
-    generate_deltas(chain.ctx(runner), DeltaOptions(ref=REF, **options))
+    generate_deltas(chain.ctx(runner), REF, DeltaOptions(**options))
     return json.loads((report_dir(chain.build, REF) / "report.json").read_text())
 
 
@@ -328,16 +328,9 @@ def test_refusals_name_the_repository_and_the_ref(tmp_path: Path) -> None:
         f"no ostree repository at {empty.repo}", "run `python -m builder compose` first")
     chain = make_chain(tmp_path, 1)
     with pytest.raises(BuildError) as no_ref:
-        generate_deltas(chain.ctx(), DeltaOptions(ref="microshift/x86_64/other"))
+        generate_deltas(chain.ctx(), "microshift/x86_64/other", DeltaOptions())
     assert (no_ref.value.message, no_ref.value.hint) == (
         f"{chain.repo} has no ref microshift/x86_64/other", "compose the image first")
-
-
-def test_the_ref_is_the_images_unless_given(tmp_path: Path) -> None:
-    ctx = Context(tmp_path / "build", RELEASE)
-    assert resolve_ref(ctx, DeltaOptions(ref=REF)) == REF
-    assert resolve_ref(ctx, DeltaOptions(image="microshift-minimal")) == \
-        "microshift/x86_64/microshift-minimal"
 
 
 @pytest.mark.parametrize("generator", ["builder", "ostree"])
@@ -347,7 +340,7 @@ def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path, generator:
     stream = io.StringIO()
     ctx = Context(chain.build, RELEASE, progress=Progress(json_mode=True, stream=stream))
     started = time.monotonic()
-    returned = generate_deltas(ctx, DeltaOptions(ref=REF, jobs=1, memory_limit=3 * GiB,
+    returned = generate_deltas(ctx, REF, DeltaOptions(jobs=1, memory_limit=3 * GiB,
                                                  generator=generator))
     took = time.monotonic() - started
     out = report_dir(chain.build, REF)
@@ -384,7 +377,7 @@ def test_the_report_and_the_log_say_how_the_stage_ran(tmp_path: Path, generator:
                 f"0 fallback objects, {how}")
         assert (messages[line]["path"], messages[line]["bytes"]) == (label, path["delta_bytes"])
     stream.truncate(0)
-    generate_deltas(ctx, DeltaOptions(ref=REF))
+    generate_deltas(ctx, REF, DeltaOptions())
     kept = report["paths"][0]
     assert (f"{c2[:12]} -> {c3[:12]}: {human_bytes(kept['delta_bytes'])} in "
             f"{kept['delta_parts']} parts, 0 fallback objects, kept the existing delta"
@@ -410,7 +403,8 @@ def test_a_path_whose_estimate_is_over_the_ceiling_runs_alone_and_says_so(
 
 def test_without_a_ref_the_images_ref_is_updated(tmp_path: Path) -> None:
     chain = make_chain(tmp_path, 2, ref="microshift/x86_64/microshift-full")
-    report = generate_deltas(chain.ctx(), DeltaOptions())
+    ctx = chain.ctx()
+    report = generate_deltas(ctx, image_target(ctx, "microshift-full").ref)
     assert (report.ref, report.to_commit) == (chain.ref, chain.commits[-1])
 
 

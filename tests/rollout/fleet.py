@@ -26,10 +26,10 @@ from builder.device.commits import SAMPLE_REF, UpdatePair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
 from builder.device.sysroot import Device
-from builder.device.update import UpdateOptions, UpdateReport, run_updater
-from builder.publish.rollout import RolloutPlan, parse_waves
+from builder.device.updater_run import UpdateOptions, UpdateReport, run_updater
+from builder.publish.rollout_statement import RolloutPlan, parse_waves
 from builder.rollout.admin import Signer, Site, start
-from builder.updater.rollout import Rollout, wave_of
+from builder.updater.waves import Rollout, wave_of
 from tests.device.site import SIM, booted_device, site
 from tests.support.cli import PROJECT_ROOT
 

@@ -10,12 +10,12 @@ from typing import Any
 
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey
-from builder.publish.rollout import RolloutPlan, parse_waves, resign
+from builder.publish.rollout_statement import RolloutPlan, parse_waves, resign
 from builder.rollout.admin import Signer, Site
 from builder.updater.freshness import TIMESTAMP
 from builder.updater.index import UpdateRefused, verify_signature
-from builder.updater.rollout import Rollout
 from builder.updater.verdicts import DeviceKey, Outbox
+from builder.updater.waves import Rollout
 
 REF = "edge/x86_64/fleet"
 COMMIT = "c" * 64

@@ -20,7 +20,7 @@ from builder.core.errors import InputError
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.device.commits import SAMPLE_REF, UpdatePair
-from builder.publish.rollout import RolloutPlan, parse_waves
+from builder.publish.rollout_statement import RolloutPlan, parse_waves
 from builder.publish.upload import PublishOptions, publish
 from builder.rollout.admin import Signer, Site, halt
 from builder.updater.freshness import TIMESTAMP

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from builder.rollout.admin import not_ready, over_halt_threshold
 from builder.rollout.store import WaveCounts
-from builder.updater.rollout import Wave
+from builder.updater.waves import Wave
 
 OUTCOMES = st.lists(st.sampled_from(["green", "rolled-back", "staged", "offered"]),
                     max_size=400)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.baseos.build import BootableBase
+from builder.baseos.bootable import BootableBase
 from builder.context import Context
 from builder.core.errors import InputError
 from builder.vm.releases import next_version, write_release_files

@@ -86,7 +86,7 @@ def qemu_processes(marker: str) -> list[int]:
             except OSError:
                 continue
             if marker.encode() in cmdline and (b"qemu-system" in cmdline
-                                               or b"builder.vm.relay" in cmdline):
+                                               or b"builder.vm.guest_relay" in cmdline):
                 found.append(int(entry.name))
     return found
 

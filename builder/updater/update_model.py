@@ -1,0 +1,69 @@
+"""/etc/microshift/update.yaml as a pydantic model: the declarative definition that
+`schemas/update.schema.json` is generated from (`python -m builder schemas`).
+
+The device reads the file with builder.updater.update_config (standard library and PyYAML, Python
+3.9); tests/updater/test_update_config.py holds the two to one meaning with generated documents.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, StringConstraints, model_validator
+
+from builder.core.models import Model, refuse
+from builder.updater.update_config import (
+    LABEL_RE,
+    LIMITS,
+    MAX_LABELS,
+    NAME_RE,
+    UPDATES_URL_RE,
+    URL_RE,
+    WINDOW_RE,
+    parse_window,
+)
+
+Label = Annotated[str, StringConstraints(pattern=LABEL_RE.pattern)]
+
+
+def _limit(key: str) -> Any:
+    default, low, high, allowed = LIMITS[key]
+    return Field(default, ge=low, le=high, description=f"{allowed} (at most {high})")
+
+
+class UpdateDocument(Model):
+    """/etc/microshift/update.yaml, read by microshift-update on the device."""
+
+    model_config = {"title": "MicroShift over-the-air updater (/etc/microshift/update.yaml)"}
+
+    remote: str = Field("", pattern=f"{NAME_RE.pattern}|^$", description=(
+        "the ostree remote whose keys verify updates; empty: the booted deployment's"))
+    updates_url: str = Field("", pattern=f"{UPDATES_URL_RE.pattern}|^$", description=(
+        "where updates/REF/ is published (file:///PATH: a USB stick); empty: beside the "
+        "remote's repository"))
+    max_bytes_per_second: int = _limit("max_bytes_per_second")
+    staging_max_bytes: int = _limit("staging_max_bytes")
+    retries: int = _limit("retries")
+    retry_delay_seconds: int = _limit("retry_delay_seconds")
+    timeout_seconds: int = _limit("timeout_seconds")
+    low_speed_bytes_per_second: int = _limit("low_speed_bytes_per_second")
+    run_deadline_seconds: int = _limit("run_deadline_seconds")
+    reboot: bool = False
+    maintenance_window: str = Field("", pattern=f"{WINDOW_RE.pattern}|^$", description=(
+        "HH:MM-HH:MM in local time (may wrap past midnight), start and end differ; empty: "
+        "no window"))
+    allow_downgrade: bool = False
+    collector_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
+        "where the device POSTs its signed rollout verdicts; empty: they wait in "
+        "/var/lib/microshift-update/outbox for `rollout collect`"))
+    labels: dict[Label, Label] = Field(default_factory=dict, max_length=MAX_LABELS,
+                                       description="this device's labels, matched by rollout "
+                                                   "waves that select devices by label")
+
+    @model_validator(mode="after")
+    def _window(self) -> UpdateDocument:
+        text = self.maintenance_window
+        if text and parse_window(text).start == parse_window(text).end:
+            raise refuse(f"{text!r} is empty; allowed: a window whose start and end differ",
+                         at="maintenance_window")
+        return self
