@@ -80,6 +80,19 @@ def _sbom(ctx: Context, plan: BuildPlan) -> list[Artifact]:
             for target in plan.targets_on(arch_ctx.target_arch)]
 
 
+def _bootc(ctx: Context, plan: BuildPlan) -> list[Artifact]:
+    """Each image of each architecture as a bootc container image (its OCI layout)."""
+    from builder.bootc.image import build_bootc_image
+
+    made: list[Artifact] = []
+    for arch_ctx in _arch_contexts(ctx, plan):
+        for target in plan.targets_on(arch_ctx.target_arch):
+            image = build_bootc_image(arch_ctx, target)
+            made.append((f"bootc image {image.manifest.digest[:19]}, {target.image}, "
+                         f"{target.arch}", image.layout))
+    return made
+
+
 def _deltas(ctx: Context, plan: BuildPlan) -> list[Artifact]:
     """Every image of every architecture: the matrix's paths in one job."""
     from builder.publish.deltas import DeltaOptions, DeltaTarget, generate_matrix
@@ -120,4 +133,4 @@ def _installer(ctx: Context, plan: BuildPlan) -> list[Artifact]:
 
 STAGE_RUNNERS: dict[str, Callable[[Context, BuildPlan], list[Artifact]]] = {
     "rpms": _rpms, "blueprint": _blueprint, "compose": _compose, "sbom": _sbom,
-    "deltas": _deltas, "installer": _installer}
+    "bootc": _bootc, "deltas": _deltas, "installer": _installer}

@@ -26,7 +26,7 @@ from builder.core.signing import SigningKey, release_signing_key, resolve_key
 from builder.release.model import Release
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
-STAGES = ("rpms", "blueprint", "compose", "sbom", "deltas", "installer")
+STAGES = ("rpms", "blueprint", "compose", "sbom", "bootc", "deltas", "installer")
 
 
 @dataclass(frozen=True)

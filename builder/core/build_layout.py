@@ -8,6 +8,7 @@
     ostree/build-repo/, compose-inputs/       the compose's work repository, inputs by ref
     deltas/REF/                               the offline delta files, signed index, report
     sbom/NAME.spdx.json  kickstart/  installer/NAME.iso  disk/NAME.ARCH.raw
+    bootc/NAME/, NAME.ARCH.plan.json, .json  the bootc image (an OCI layout), its layer plan
     composer/                                 what the Image Builder service returned
     gpg/ (the SAMPLE key)  keys/ID.asc (the release key's public half)
     cache/{payloads,repos,rpms,delta-parts}/  downloads and delta parts, kept across runs
@@ -114,6 +115,15 @@ class Layout:
 
     def installer_record(self, name: str) -> Path:
         return self.root / "installer" / f"{name}.json"
+
+    def bootc_layout(self, image: str) -> Path:
+        return self.root / "bootc" / image
+
+    def bootc_plan(self, image: str, arch: str) -> Path:
+        return self.root / "bootc" / f"{image}.{arch}.plan.json"
+
+    def bootc_report(self, image: str, arch: str) -> Path:
+        return self.root / "bootc" / f"{image}.{arch}.json"
 
     @property
     def disks(self) -> Path:

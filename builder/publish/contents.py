@@ -119,6 +119,22 @@ def read_contents(repo: Repo, commit: str,
                           payload=payload, rpmdb=rpmdb)
 
 
+def package_files(repo: Repo, commit: str) -> dict[str, str]:
+    """Every path an RPM package of the commit installs (as installed: /etc/..., no leading
+    slash), with the package's name; empty for a commit without an rpm database."""
+    owners: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="rpmdb-") as scratch:
+        if _copy_rpmdb(repo, commit, Path(scratch)) is None:
+            return owners
+        text = repo.runner.output(["rpm", "--dbpath", scratch, "-qa", "--qf",
+                                   "[%{=NAME}\\t%{FILENAMES}\\n]"])
+    for line in text.splitlines():
+        name, _, path = line.partition("\t")
+        if path.startswith("/") and name != "gpg-pubkey":
+            owners.setdefault(path.lstrip("/"), name)
+    return owners
+
+
 def _copy_rpmdb(repo: Repo, commit: str, scratch: Path) -> str | None:
     """Copy the commit's rpm database into `scratch` (rpm writes lock and journal files
     beside a database even to read it, which must never touch the repository); where it
