@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "builder.commands.composer",
     "builder.commands.blueprint",
     "builder.commands.compose",
+    "builder.commands.bootc",
     "builder.commands.installer",
     "builder.commands.disk",
     "builder.commands.device",

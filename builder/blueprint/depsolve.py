@@ -3,7 +3,7 @@
 The pool holds the project's repository for the architecture (DIR/repo/ARCH) and the base OS
 repositories named in release.yaml (`sample` -> DIR/sample-base/repo/ARCH, `path`, or `url`,
 with `{arch}` or `$basearch` replaced by the architecture, whose repomd.xml, primary
-and filelists are downloaded into DIR/.cache/repos/). Metadata is verified against the
+and filelists are downloaded into DIR/cache/repos/). Metadata is verified against the
 checksums in repomd.xml before libsolv reads it. Problems come back in libsolv's own words
 (`Problem.findallproblemrules()` -> `RuleInfo.problemstr()`), naming the packages.
 """

@@ -223,13 +223,12 @@ def _write(build: _Build, plan: LayerPlan) -> Written:
     by_group: dict[str, list[Node]] = {}
     for node in build.nodes:
         by_group.setdefault(group_of(node, build.owners), []).append(node)
-    epoch = build.ctx.release.source_date_epoch
     written: Written = []
     for index, names in plan.layers():
         members = [node for name in names for node in by_group.get(name, [])]
         if not members:
             continue
-        blob = build.layout.write_layer(members, epoch, lambda n: content(build.tree, n))
+        blob = build.layout.write_layer(members, lambda n: content(build.tree, n))
         written.append((index, blob, names))
     return written
 

@@ -1,7 +1,8 @@
 """OCI image layouts, written byte-reproducibly and read back.
 
-A layer is a PAX tar of its paths in path order, every entry dated `source_date_epoch`,
-owners by number (no names), extended attributes as `SCHILY.xattr.NAME` records (how
+A layer is a PAX tar of its paths in path order, every entry dated 0 (as ostree stores
+every file: a commit has no times, so a layer whose paths did not change is the same from
+one release to the next), owners by number (no names), extended attributes as `SCHILY.xattr.NAME` records (how
 containers/storage and bootc carry SELinux labels), compressed with gzip level 6 and no
 name or time in its header: the same paths give the same bytes, so an unchanged layer keeps
 its digest from build to build. The layout (`oci-layout`, `index.json`, `blobs/sha256/`) is
@@ -85,7 +86,7 @@ class Layout:
     def put_json(self, document: dict[str, Any]) -> Blob:
         return self.put(canonical(document))
 
-    def write_layer(self, nodes: list[Node], epoch: int, read: Reader) -> Blob:
+    def write_layer(self, nodes: list[Node], read: Reader) -> Blob:
         """One layer of `nodes` (in path order), stored under its digest."""
         tmp = self.blobs / f".layer-{os.getpid()}.tmp"
         with tmp.open("wb") as out:
@@ -95,7 +96,7 @@ class Layout:
                 plain = _Hashing(zipped)
                 with tarfile.open(fileobj=plain, mode="w|", format=tarfile.PAX_FORMAT) as tar:
                     for node in sorted(nodes, key=lambda n: n.path):
-                        _add(tar, node, epoch, read)
+                        _add(tar, node, read)
         digest = "sha256:" + compressed.sha.hexdigest()
         os.replace(tmp, self.blob_path(digest))
         return Blob(digest, compressed.count, "sha256:" + plain.sha.hexdigest())
@@ -138,9 +139,9 @@ def _write_new(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _add(tar: tarfile.TarFile, node: Node, epoch: int, read: Reader) -> None:
+def _add(tar: tarfile.TarFile, node: Node, read: Reader) -> None:
     info = tarfile.TarInfo(node.path + ("/" if node.kind == "d" else ""))
-    info.mode, info.uid, info.gid, info.mtime = node.mode, node.uid, node.gid, epoch
+    info.mode, info.uid, info.gid, info.mtime = node.mode, node.uid, node.gid, 0
     info.uname = info.gname = ""
     info.pax_headers = {XATTR + name: value.decode("utf-8", "surrogateescape")
                         for name, value in node.xattrs}

@@ -126,6 +126,14 @@ class Layout:
         return self.root / "bootc" / f"{image}.{arch}.json"
 
     @property
+    def bootc_signatures(self) -> Path:
+        return self.root / "bootc" / "signatures"
+
+    @property
+    def bootc_device_files(self) -> Path:
+        return self.root / "bootc" / "device"
+
+    @property
     def disks(self) -> Path:
         return self.root / "disk"
 

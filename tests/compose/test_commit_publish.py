@@ -227,7 +227,7 @@ def test_a_ref_of_another_image_is_refused_unless_named_on_purpose(tmp_path: Pat
                                   "another profile")
     assert refused.value.hint == ("give each image its own ref (release.yaml ostree.ref with "
                                   "{image}), or pass --ref explicitly to do it on purpose")
-    _check_same_image(replace(job, options=replace(job.options, ref=REF)), other)
+    _check_same_image(replace(job, explicit_ref=True), other)
     _check_same_image(job, None)
     same = commit(job, "same image\n", other)
     _publish(job, same, other)

@@ -273,7 +273,8 @@ def test_unknown_image_is_a_clear_error(build_dir: Path,
     rc = run_cli("--release", RELEASE, "installer", "--build-dir", build_dir,
                  "--image", "no-such-image")
     assert rc == 2
-    assert "no rendered blueprint for image 'no-such-image'" in capsys.readouterr().err
+    assert "images: no image named 'no-such-image'; allowed: microshift-full" in \
+        capsys.readouterr().err
 
 
 @pytest.fixture

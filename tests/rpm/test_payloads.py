@@ -83,7 +83,7 @@ def test_a_payload_whose_sha256_differs_is_refused_and_nothing_is_kept(
     # Fixed in release.yaml, the next run downloads it into the same (existing) cache.
     fixed = url_release(tmp_path, f"{base}/microshift", actual)
     assert run_cli("--release", fixed, "rpms", "--build-dir", build) == 0
-    assert (build / ".cache/payloads" / actual).read_bytes() == BINARY
+    assert (build / "cache/payloads" / actual).read_bytes() == BINARY
 
 
 def resolved(tmp_path: Path, payload: dict[str, str]) -> tuple[Path, Path]:
@@ -116,7 +116,7 @@ def test_a_verified_payload_is_packaged_and_downloaded_once(
     base, served = server
     release = url_release(tmp_path, f"{base}/microshift", hashlib.sha256(BINARY).hexdigest())
     build = tmp_path / "build"
-    Handler.watch = build / ".cache/payloads"
+    Handler.watch = build / "cache/payloads"
     for _ in range(2):
         assert run_cli("--release", release, "rpms", "--build-dir", build) == 0
     assert served == ["/microshift"]  # the second run takes it from the cache
@@ -126,7 +126,7 @@ def test_a_verified_payload_is_packaged_and_downloaded_once(
     assert len(during) == 1 and during[0].startswith(".download-")
     err = capsys.readouterr().err
     assert err.count(f"==> download {base}/microshift") == 1 and f"{len(BINARY)} bytes" in err
-    cached = build / ".cache/payloads" / hashlib.sha256(BINARY).hexdigest()
+    cached = build / "cache/payloads" / hashlib.sha256(BINARY).hexdigest()
     assert cached.read_bytes() == BINARY
 
 
@@ -247,7 +247,7 @@ def test_every_architectures_payload_is_checked_before_any_work(
     check_payloads(ctx)
     assert served == ["/microshift"]  # the second architecture's too, not only the first's
     assert built_files(tmp_path / "build") == [
-        tmp_path / "build/.cache/payloads" / hashlib.sha256(arm).hexdigest()]
+        tmp_path / "build/cache/payloads" / hashlib.sha256(arm).hexdigest()]
 
 
 def test_an_architectures_payload_built_for_another_is_named_by_its_field(

@@ -1,0 +1,156 @@
+"""bootc images of the composed pair's commits (issue 40): the same digest from two clean
+builds; bootc's fatal lints pass; the equality proof holds and catches a planted
+difference; the next release, planned from the first's layer plan, changes exactly the
+layers whose content changed. Integration tier: real ostree commits, skopeo and umoci."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.bootc.layers import group_of
+from builder.bootc.oci import Layout
+from builder.bootc.proof import prove
+from builder.bootc.tree import CommitTree, moved
+from builder.core.errors import BuildError
+from builder.core.ostree import Repo
+from builder.core.runner import Runner
+from builder.publish.contents import package_files
+from tests.support import requires
+from tests.support.cli import run_cli
+from tests.support.ostree import IMAGE, ComposedPair, copy_build, ostree
+
+pytestmark = [pytest.mark.integration,
+              requires.root_only("the composed pair is composed as root")]
+
+ARCH = "x86_64"
+
+
+def bootc_build(pair: ComposedPair, build: Path, commit: str, release: Path,
+                *args: str) -> dict[str, Any]:
+    """The bootc image of `commit` (the ref moved there), through the command line."""
+    ostree(f"--repo={build / 'ostree/repo'}", "refs", "--create", pair.ref, "--force", commit)
+    assert run_cli("--release", release, "bootc", "--build-dir", build, "--image", IMAGE,
+                   *args) == 0
+    report: dict[str, Any] = json.loads((build / f"bootc/{IMAGE}.{ARCH}.json").read_text())
+    return report
+
+
+@pytest.fixture(scope="module")
+def first(composed_pair: ComposedPair, tmp_path_factory: pytest.TempPathFactory
+          ) -> tuple[Path, dict[str, Any]]:
+    build = copy_build(composed_pair.build_dir, tmp_path_factory.mktemp("bootc") / "build")
+    return build, bootc_build(composed_pair, build, composed_pair.commit1,
+                              composed_pair.release1)
+
+
+def test_two_clean_builds_give_the_same_image(composed_pair: ComposedPair,
+                                              first: tuple[Path, dict[str, Any]],
+                                              tmp_path: Path) -> None:
+    build, report = first
+    again = copy_build(composed_pair.build_dir, tmp_path / "again")
+    second = bootc_build(composed_pair, again, composed_pair.commit1, composed_pair.release1)
+    assert second["manifest"] == report["manifest"]
+    assert 2 <= len(report["layers"]) <= 64
+    assert report["commit"] == composed_pair.commit1 and report["proof"]["paths"] > 300
+    inspected = json.loads(subprocess.run(
+        ["skopeo", "inspect", f"oci:{build / 'bootc' / IMAGE}:{ARCH}"], check=True,
+        capture_output=True, text=True).stdout)
+    assert inspected["Digest"] == report["manifest"]
+    labels = inspected["Labels"]
+    assert (labels["containers.bootc"], labels["ostree.bootable"]) == ("1", "1")
+    assert labels["org.opencontainers.image.version"] == "4.14.2-1"
+    assert labels["ostree.commit"] == composed_pair.commit1
+
+
+def test_the_image_is_laid_out_as_bootc_wants_it(first: tuple[Path, dict[str, Any]],
+                                                 tmp_path: Path) -> None:
+    """umoci unpacks it; /etc at the root and no /usr/etc, the kernel under
+    /usr/lib/modules, the image store under /usr/lib/containers, /sysroot and /ostree."""
+    build, _ = first
+    subprocess.run(["umoci", "unpack", "--image", f"{build / 'bootc' / IMAGE}:{ARCH}",
+                    str(tmp_path / "unpacked")], check=True, capture_output=True)
+    root = tmp_path / "unpacked" / "rootfs"
+    assert (root / "etc/microshift/config.yaml").is_file() and not (root / "usr/etc").exists()
+    assert list((root / "usr/lib/modules").glob("*/vmlinuz"))
+    assert (root / "usr/lib/containers/storage/overlay-images/images.json").is_file()
+    assert not (root / "usr/share/containers/storage").exists()
+    assert "/usr/lib/containers/storage" in (root / "etc/containers/storage.conf").read_text()
+    assert (root / "sysroot").is_dir() and (root / "ostree").readlink() == Path("sysroot/ostree")
+    assert 'type = "xfs"' in (root / "usr/lib/bootc/install/00-microshift-rootfs.toml").read_text()
+    assert (root / "tmp").is_dir() and not (root / "tmp").is_symlink()
+
+
+def test_a_planted_difference_fails_the_proof(composed_pair: ComposedPair,
+                                             first: tuple[Path, dict[str, Any]]) -> None:
+    """A layer rewritten with one file's mode changed, the manifest naming it instead."""
+    build, report = first
+    layout = Layout(build / "bootc" / IMAGE)
+    tree = CommitTree(build / "ostree/repo", composed_pair.commit1, Runner())
+    commit_nodes = tree.nodes()
+    owners = {moved(p): n for p, n in package_files(Repo(build / "ostree/repo", Runner()),
+                                                   composed_pair.commit1).items()}
+    image_nodes = [replace(n, path=moved(n.path)) for n in commit_nodes
+                   if n.path and not n.path.startswith("var/")]
+    victim = next(n for n in image_nodes if n.path == "usr/bin/microshift")
+    group = group_of(victim, owners)
+    layer = next(item for item in report["layers"] if group in item["groups"])
+    members = [replace(n, mode=0o777) if n is victim else n for n in image_nodes
+               if group_of(n, owners) in layer["groups"]]
+    blob = layout.write_layer(members, lambda n: tree.read(n.checksum))
+    manifest = layout.read_json(report["manifest"])
+    manifest["layers"] = [blob.descriptor(item["mediaType"]) if item["digest"] ==
+                          layer["digest"] else item for item in manifest["layers"]]
+    planted = layout.put_json(manifest)
+    with pytest.raises(BuildError) as caught:
+        prove(layout, planted.digest, commit_nodes, tree, image_nodes)
+    assert "/usr/bin/microshift: mode 0755 in the commit, 0777 in the image" in str(caught.value)
+    prove(layout, report["manifest"], commit_nodes, tree, image_nodes)  # the real one holds
+
+
+def test_the_next_release_changes_only_the_layers_whose_content_changed(
+        composed_pair: ComposedPair, first: tuple[Path, dict[str, Any]],
+        tmp_path: Path) -> None:
+    """Planned from the first release's plan: a group keeps its layer, and a layer's digest
+    changes exactly when what it holds (paths, metadata, content) changed."""
+    build, report1 = first
+    next_build = copy_build(build, tmp_path / "next")
+    report2 = bootc_build(composed_pair, next_build, composed_pair.commit2,
+                          composed_pair.release2)
+    plan1 = json.loads((build / f"bootc/{IMAGE}.{ARCH}.plan.json").read_text())["assignment"]
+    plan2 = json.loads((next_build / f"bootc/{IMAGE}.{ARCH}.plan.json").read_text())
+    kept = {g: i for g, i in plan1.items() if g in plan2["assignment"]}
+    assert all(plan2["assignment"][g] == i for g, i in kept.items())
+    content1 = _content_by_group(build, composed_pair.commit1)
+    content2 = _content_by_group(next_build, composed_pair.commit2)
+    digests1 = {layer["index"]: layer["digest"] for layer in report1["layers"]}
+    unchanged = changed = 0
+    for layer in report2["layers"]:
+        same = all(content1.get(g) == content2.get(g) for g in layer["groups"]) and \
+            layer["index"] in digests1 and layer["groups"] == next(
+                (item["groups"] for item in report1["layers"]
+                 if item["index"] == layer["index"]), None)
+        assert (digests1.get(layer["index"]) == layer["digest"]) == same, layer["groups"]
+        unchanged, changed = unchanged + same, changed + (not same)
+    assert unchanged > 0 and changed > 0   # images other than the router's kept their layers
+
+
+def _content_by_group(build: Path, commit: str) -> dict[str, Any]:
+    repo = build / "ostree/repo"
+    tree = CommitTree(repo, commit, Runner())
+    owners = {moved(p): n for p, n in package_files(Repo(repo, Runner()), commit).items()}
+    found: dict[str, list[Any]] = {}
+    for node in tree.nodes():
+        if not node.path or node.path.startswith("var/") or node.kind == "d":
+            continue
+        image_node = replace(node, path=moved(node.path))
+        found.setdefault(group_of(image_node, owners), []).append(
+            (image_node.path, node.mode, node.uid, node.gid, node.xattrs, node.checksum,
+             node.target))
+    return {group: sorted(items) for group, items in found.items()}
+
