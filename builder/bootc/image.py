@@ -102,7 +102,7 @@ def build_bootc_image(ctx: Context, target: ImageTarget,
         started = time.monotonic()
         tree = CommitTree(repo.path, commit, ctx.runner)
         commit_nodes = tree.nodes()
-        nodes = _storage_conf(image_nodes(commit_nodes, options), tree)
+        nodes = image_tree(commit_nodes, tree, options)
         findings = lint.lint(lint.Tree(nodes, lambda n: b"".join(content(tree, n))),
                              target.image)
         for finding in findings:
@@ -166,6 +166,12 @@ def image_nodes(commit_nodes: list[Node], options: BootcOptions) -> list[Node]:
         text = "# /var of the composed commit, made at boot (bootc carries no /var)\n"
         _add(nodes, _file(VAR_TMPFILES, (text + "".join(var_lines)).encode()))
     return [nodes[path] for path in sorted(nodes)]
+
+
+def image_tree(commit_nodes: list[Node], tree: CommitTree, options: BootcOptions
+               ) -> list[Node]:
+    """Every path of the image (builder/bootc/tree.py says how it differs from the commit)."""
+    return _storage_conf(image_nodes(commit_nodes, options), tree)
 
 
 def _storage_conf(nodes: list[Node], tree: CommitTree) -> list[Node]:

@@ -2,8 +2,9 @@
 
 A layer is a PAX tar of its paths in path order, every entry dated 0 (as ostree stores
 every file: a commit has no times, so a layer whose paths did not change is the same from
-one release to the next), owners by number (no names), extended attributes as `SCHILY.xattr.NAME` records (how
-containers/storage and bootc carry SELinux labels), compressed with gzip level 6 and no
+one release to the next), owners by number (no names), extended attributes as
+`SCHILY.xattr.NAME` records (how containers/storage and bootc carry SELinux labels),
+compressed with gzip level 6 and no
 name or time in its header: the same paths give the same bytes, so an unchanged layer keeps
 its digest from build to build. The layout (`oci-layout`, `index.json`, `blobs/sha256/`) is
 what skopeo, umoci and bootc (`--transport oci`) read.

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from builder.bootc.image import BootcOptions, image_tree
 from builder.bootc.layers import group_of
 from builder.bootc.oci import Layout
 from builder.bootc.proof import prove
@@ -21,32 +22,12 @@ from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.runner import Runner
 from builder.publish.contents import package_files
+from tests.bootc.conftest import ARCH, bootc_build
 from tests.support import requires
-from tests.support.cli import run_cli
-from tests.support.ostree import IMAGE, ComposedPair, copy_build, ostree
+from tests.support.ostree import IMAGE, ComposedPair, copy_build
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("the composed pair is composed as root")]
-
-ARCH = "x86_64"
-
-
-def bootc_build(pair: ComposedPair, build: Path, commit: str, release: Path,
-                *args: str) -> dict[str, Any]:
-    """The bootc image of `commit` (the ref moved there), through the command line."""
-    ostree(f"--repo={build / 'ostree/repo'}", "refs", "--create", pair.ref, "--force", commit)
-    assert run_cli("--release", release, "bootc", "--build-dir", build, "--image", IMAGE,
-                   *args) == 0
-    report: dict[str, Any] = json.loads((build / f"bootc/{IMAGE}.{ARCH}.json").read_text())
-    return report
-
-
-@pytest.fixture(scope="module")
-def first(composed_pair: ComposedPair, tmp_path_factory: pytest.TempPathFactory
-          ) -> tuple[Path, dict[str, Any]]:
-    build = copy_build(composed_pair.build_dir, tmp_path_factory.mktemp("bootc") / "build")
-    return build, bootc_build(composed_pair, build, composed_pair.commit1,
-                              composed_pair.release1)
 
 
 def test_two_clean_builds_give_the_same_image(composed_pair: ComposedPair,
@@ -95,8 +76,7 @@ def test_a_planted_difference_fails_the_proof(composed_pair: ComposedPair,
     commit_nodes = tree.nodes()
     owners = {moved(p): n for p, n in package_files(Repo(build / "ostree/repo", Runner()),
                                                    composed_pair.commit1).items()}
-    image_nodes = [replace(n, path=moved(n.path)) for n in commit_nodes
-                   if n.path and not n.path.startswith("var/")]
+    image_nodes = image_tree(commit_nodes, tree, BootcOptions())
     victim = next(n for n in image_nodes if n.path == "usr/bin/microshift")
     group = group_of(victim, owners)
     layer = next(item for item in report["layers"] if group in item["groups"])
@@ -146,7 +126,7 @@ def _content_by_group(build: Path, commit: str) -> dict[str, Any]:
     owners = {moved(p): n for p, n in package_files(Repo(repo, Runner()), commit).items()}
     found: dict[str, list[Any]] = {}
     for node in tree.nodes():
-        if not node.path or node.path.startswith("var/") or node.kind == "d":
+        if not node.path or node.path.startswith("var/"):
             continue
         image_node = replace(node, path=moved(node.path))
         found.setdefault(group_of(image_node, owners), []).append(
