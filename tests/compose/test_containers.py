@@ -5,6 +5,7 @@ another image than the one resolved is refused. Runs skopeo for real, as root.""
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -23,6 +24,7 @@ from builder.compose.inputs import ContainerSpec
 from builder.core.errors import BuildError, InputError
 from builder.core.runner import Runner
 from builder.release.model import Image, load_release
+from builder.sources.platforms import digest_of
 from builder.sources.samples import (
     image_blobs,
     sample_instance_digest,
@@ -115,7 +117,9 @@ def test_a_store_holding_another_image_than_resolved_is_refused(tmp_path: Path,
     else:
         [config] = (store / "overlay-images" / record["id"]).glob("=c2hh*")  # "sha256:..."
         config.write_bytes(amd64_config)
-        expected = f"{pause.ref}: the stored image's config says amd64, not arm64 (aarch64)"
+        named = base64.b64decode(config.name[1:]).decode()
+        expected = (f"{pause.ref}: the store's config {named} holds other bytes (their digest "
+                    f"is {digest_of(amd64_config)})")
     with pytest.raises(BuildError) as refused:
         verify_store(store, [embedded])
     assert refused.value.message == expected
