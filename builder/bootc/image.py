@@ -13,6 +13,7 @@ equal to the commit (builder/bootc/proof.py) before the layout's index names it.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from typing import Any
 
 from builder.blueprint.target import ImageTarget
 from builder.bootc import lint
+from builder.bootc.containerfile import bib_config, containerfile
 from builder.bootc.layers import (
     MAX_LAYERS,
     SKELETON,
@@ -43,6 +45,7 @@ from builder.bootc.tree import (
     moved,
     storage_conf,
 )
+from builder.compose.inputs import load_compose_inputs
 from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.files import write_atomic
@@ -120,17 +123,52 @@ def build_bootc_image(ctx: Context, target: ImageTarget,
                           f"commit's ({proof['mapped']} moved, {proof['added']} added for "
                           "bootc)")
         _name(build.layout, target, manifest)
+        update = _update_cost(ctx, build, written)
         report = {**_report(build, manifest, config, written), "proof": proof,
+                  "update": update,
                   "lint_warnings": [f.text() for f in findings],
                   "planned_bytes": {layer["index"]: layer["bytes"]
                                     for layer in describe(plan, found)},
                   "seconds": round(time.monotonic() - started, 3)}
         write_atomic(ctx.layout.bootc_plan(target.image, target.arch), plan.to_json())
+        _podman_files(ctx, target)
         write_atomic(ctx.layout.bootc_report(target.image, target.arch),
                      json.dumps(report, indent=2, sort_keys=True) + "\n")
         ctx.progress.info(f"{manifest.digest} ({len(written)} layers, "
                           f"{report['compressed_bytes']} bytes compressed)")
+        if update["from_manifest"]:
+            ctx.progress.info(f"update from {update['from_manifest'][:19]}: a device pulls "
+                              f"{update['pull_bytes']} bytes in {update['changed_layers']} "
+                              f"layers; a single-layer image would send "
+                              f"{update['single_layer_bytes']}")
     return BootcImage(target.image, target.arch, commit, manifest, build.layout.root, report)
+
+
+def _update_cost(ctx: Context, build: _Build, written: Written) -> dict[str, Any]:
+    """What a device on the previous build's image pulls to get this one (the layers whose
+    digest it lacks), beside what the same tree in one layer would cost."""
+    previous_report = ctx.layout.bootc_report(build.target.image, build.target.arch)
+    previous: dict[str, Any] = {}
+    if previous_report.is_file():
+        previous = json.loads(previous_report.read_text())
+    had = {layer["digest"] for layer in previous.get("layers", [])}
+    changed = [blob for _, blob, _ in written if blob.digest not in had]
+    single = Layout(ctx.layout.bootc_layout(build.target.image) / ".single")
+    single.init()
+    blob = single.write_layer(build.nodes, lambda n: content(build.tree, n))
+    shutil.rmtree(single.root, ignore_errors=True)
+    return {"from_manifest": previous.get("manifest"), "from_commit": previous.get("commit"),
+            "changed_layers": len(changed) if previous else None,
+            "pull_bytes": sum(b.size for b in changed) if previous else None,
+            "single_layer_bytes": blob.size}
+
+
+def _podman_files(ctx: Context, target: ImageTarget) -> None:
+    """The Containerfile and bootc-image-builder's config.toml of the image, for users who
+    build with podman (builder/bootc/containerfile.py)."""
+    inputs = load_compose_inputs(ctx.build_dir, target.image, target.arch)
+    write_atomic(ctx.layout.bootc_containerfile(target.image), containerfile(inputs))
+    write_atomic(ctx.layout.bootc_bib_config(target.image), bib_config(inputs))
 
 
 def content(tree: CommitTree, node: Node) -> Iterable[bytes]:

@@ -38,6 +38,12 @@ def register(sub: Any) -> None:
     kickstart.add_argument("--embedded", action="store_true",
                            help="install from the ostree repo on the installer ISO; --url "
                                 "then only names the update server")
+    kickstart.add_argument("--container", metavar="REGISTRY/NS/NAME@DIGEST",
+                           help="image mode: install the image's bootc container image "
+                                "(ostreecontainer); DIR/kickstart/NAME-container.ks")
+    kickstart.add_argument("--lookaside", metavar="URL",
+                           help="image mode: where the image's signatures are published "
+                                "(the devices' registries.d lookaside)")
     kickstart.set_defaults(func=cmd_kickstart)
 
     parser = sub.add_parser(
@@ -70,7 +76,7 @@ def cmd_kickstart(ctx: Context, args: argparse.Namespace) -> int:
     from builder.installer.media import write_kickstart_file
     from builder.plan import image_targets
 
-    variant = "embedded" if args.embedded else "network"
+    variant = "container" if args.container else "embedded" if args.embedded else "network"
     for target in image_targets(ctx, [args.image], args.ref):
         write_kickstart_file(ctx.for_arch(target.arch), target, media_options(args), variant)
     return 0
@@ -103,6 +109,8 @@ def add_media_options(parser: argparse.ArgumentParser) -> None:
 def media_options(args: argparse.Namespace) -> MediaOptions:
     from builder.installer.media import MediaOptions
 
-    return MediaOptions(url=args.url, pull_secret=args.pull_secret, gpg_key=args.gpg_key,
+    return MediaOptions(url=args.url, container=getattr(args, "container", None),
+                        lookaside=getattr(args, "lookaside", None),
+                        pull_secret=args.pull_secret, gpg_key=args.gpg_key,
                         ssh_key=args.ssh_key, microshift_config=args.microshift_config,
                         storage=args.storage, boot_iso=getattr(args, "boot_iso", None))

@@ -125,6 +125,12 @@ class Layout:
     def bootc_report(self, image: str, arch: str) -> Path:
         return self.root / "bootc" / f"{image}.{arch}.json"
 
+    def bootc_containerfile(self, image: str) -> Path:
+        return self.root / "bootc" / f"{image}.Containerfile"
+
+    def bootc_bib_config(self, image: str) -> Path:
+        return self.root / "bootc" / f"{image}.config.toml"
+
     @property
     def bootc_signatures(self) -> Path:
         return self.root / "bootc" / "signatures"

@@ -27,7 +27,8 @@ from builder.core.paths import PROJECT_ROOT
 from builder.core.templates import environment, relative, render_with
 
 KICKSTART_DIR = PROJECT_ROOT / "kickstart"
-VARIANTS = {"network": "network.ks.j2", "embedded": "embedded.ks.j2"}
+VARIANTS = {"network": "network.ks.j2", "embedded": "embedded.ks.j2",
+            "container": "container.ks.j2"}
 ISO_REPO_DIR = "ostree/repo"  # where the ostree repository sits on the installer ISO
 EMBEDDED_REPO_URL = f"file:///run/install/repo/{ISO_REPO_DIR}"
 # A data ISO attached beside a stock boot ISO is mounted here by the kickstart's %pre.
@@ -72,6 +73,8 @@ class KickstartContext:
     admin_user: str = "redhat"
     ssh_key: str | None = None   # public key line for admin_user; None: no user account
     media_label: str | None = None  # volume id of a data ISO to mount (install_url: DATA_...)
+    container: str | None = None    # image mode: REGISTRY/NS/NAME@sha256:... to install
+    lookaside: str | None = None    # where the image's signatures are published (a URL)
 
     def __post_init__(self) -> None:
         _check_context(self)
@@ -79,6 +82,13 @@ class KickstartContext:
     @property
     def media_mount(self) -> str:
         return DATA_MEDIA_MOUNT
+
+    @property
+    def container_namespace(self) -> str:
+        """The policy's scope: the release's registry namespace (REGISTRY/NS)."""
+        repository = (self.container or "").split("@")[0]
+        namespace, _, name = repository.rpartition("/")
+        return namespace if name else repository
 
 
 def _bad(field: str, problem: str, hint: str | None = None) -> InputError:
@@ -113,11 +123,27 @@ def _check_context(ks: KickstartContext) -> None:
     _check_options(ks)
 
 
+CONTAINER_RE = re.compile(r"^[a-z0-9.-]+(:[0-9]+)?(/[a-z0-9._-]+)+(:[A-Za-z0-9._-]+|@sha256:"
+                          r"[0-9a-f]{64})$")
+
+
+def _check_container(ks: KickstartContext) -> None:
+    if not CONTAINER_RE.match(ks.container or ""):
+        raise _bad("container", f"{ks.container!r} is not an image reference",
+                   "REGISTRY/NAMESPACE/NAME@sha256:DIGEST (or :TAG)")
+    if ks.gpg_verify and (ks.lookaside is None or not URL_RE.match(ks.lookaside)):
+        raise _bad("lookaside", f"{ks.lookaside!r} is not a URL",
+                   "where the signatures are published, e.g. https://updates.example.com/"
+                   "sigstore")
+
+
 def _check_options(ks: KickstartContext) -> None:
     if ks.media_label is not None and (not re.match(r"^[A-Z0-9_-]{1,32}$", ks.media_label)
                                        or ks.install_url != DATA_MEDIA_URL):
         raise _bad("media_label", f"{ks.media_label!r} needs install_url {DATA_MEDIA_URL} and "
                                   "a volume id of 1-32 characters A-Z, 0-9, '_', '-'")
+    if ks.container is not None:
+        _check_container(ks)
     if ks.gpg_verify and ks.gpg_key is None:
         raise _bad("gpg_key", "the commit is signed but no public key was given",
                    "export it with `gpg --export --armor KEYID > key.asc` and pass it")
@@ -255,8 +281,11 @@ def validate(text: str, *, source: str = "kickstart", secret: str | None = None)
         except (KickstartError, KickstartParseWarning, ValueError) as exc:
             # ValueError: pykickstart's shlex on an unbalanced quote.
             raise _validation_error(text, source, exc) from None
-    if handler.ostreesetup.url is None or not handler.ostreesetup.ref:
-        raise BuildError(f"{source}: rendered kickstart has no ostreesetup command")
+    container = getattr(handler, "ostreecontainer", None)
+    if (handler.ostreesetup.url is None or not handler.ostreesetup.ref) and \
+            (container is None or not container.url):
+        raise BuildError(f"{source}: rendered kickstart has no ostreesetup or ostreecontainer "
+                         "command")
     if secret is not None:
         _check_secret_not_logged(handler.scripts, source, secret)
 

@@ -35,6 +35,8 @@ from builder.publish.sbom import ensure_sbom
 @dataclass(frozen=True)
 class MediaOptions:
     url: str | None = None               # the ostree repo devices pull upgrades from
+    container: str | None = None         # image mode: the bootc image to install
+    lookaside: str | None = None         # image mode: where its signatures are published
     pull_secret: Path | None = None
     gpg_key: Path | None = None          # public key the commits are signed with
     ssh_key: Path | None = None
@@ -47,6 +49,11 @@ def write_kickstart_file(ctx: Context, target: ImageTarget, options: MediaOption
                         variant: str) -> Path:
     """DIR/kickstart/IMAGE-VARIANT.ks (IMAGE-ARCH-VARIANT.ks for a several-architecture
     release: each names its architecture's ref), validated with pykickstart."""
+    if variant == "container" and not options.container:
+        raise InputError("command line", "--container",
+                         "the container kickstart installs a bootc image from a registry",
+                         hint="pass --container REGISTRY/NS/NAME@sha256:... (python -m "
+                              "builder bootc --push prints it)")
     if variant == "network" and not options.url:
         raise InputError("command line", "--url",
                          "the network kickstart installs from an ostree repo on a server",
@@ -135,9 +142,12 @@ def kickstart_context(ctx: Context, target: ImageTarget, options: MediaOptions,
         gpg_key = _verifying_key(ctx, repo, ref, commit, gpg_key)
     return KickstartContext(
         image=target.image,
-        install_url=EMBEDDED_REPO_URL if variant == "embedded" else str(options.url),
+        install_url=EMBEDDED_REPO_URL if variant in ("embedded", "container")
+        else str(options.url),
         ref=ref,
-        update_url=options.url,
+        update_url=options.url if variant != "container" else None,
+        container=options.container if variant == "container" else None,
+        lookaside=options.lookaside,
         gpg_verify=gpg_key is not None,
         gpg_key=gpg_key,
         microshift_config=_read_text(options.microshift_config, "--microshift-config")

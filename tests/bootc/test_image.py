@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builder.bootc.containerfile import check_bib_config
 from builder.bootc.image import BootcOptions, image_tree
 from builder.bootc.layers import group_of
 from builder.bootc.oci import Layout
@@ -118,6 +120,12 @@ def test_the_next_release_changes_only_the_layers_whose_content_changed(
         assert (digests1.get(layer["index"]) == layer["digest"]) == same, layer["groups"]
         unchanged, changed = unchanged + same, changed + (not same)
     assert unchanged > 0 and changed > 0   # images other than the router's kept their layers
+    update = report2["update"]
+    assert update["from_manifest"] == report1["manifest"]
+    assert update["changed_layers"] == changed
+    assert update["pull_bytes"] == sum(layer["size"] for layer in report2["layers"]
+                                       if layer["digest"] not in digests1.values())
+    assert update["pull_bytes"] < update["single_layer_bytes"]
 
 
 def _content_by_group(build: Path, commit: str) -> dict[str, Any]:
@@ -134,3 +142,24 @@ def _content_by_group(build: Path, commit: str) -> dict[str, Any]:
              node.target))
     return {group: sorted(items) for group, items in found.items()}
 
+
+
+def test_the_podman_files_follow_the_image(first: tuple[Path, dict[str, Any]]) -> None:
+    """The Containerfile (MicroShift's image-mode pattern) installs the lock's MicroShift
+    packages and pulls every embedded image by digest into /usr/lib/containers/storage;
+    bootc-image-builder's config.toml holds only keys bib reads."""
+    build, _ = first
+    text = (build / "bootc" / f"{IMAGE}.Containerfile").read_text()
+    assert text.splitlines()[4].startswith("FROM registry.redhat.io/rhel9/rhel-bootc")
+    assert "dnf install -y microshift-core " in text and "microshift-update" in text
+    blueprint = tomllib.loads((build / "blueprints" / f"{IMAGE}.toml").read_text())
+    assert blueprint["containers"] and all(f"docker://{c['source']}" in text
+                                           for c in blueprint["containers"])
+    assert "--root /usr/lib/containers/storage" in text
+    assert "RUN systemctl enable microshift.service" in text
+    assert text.rstrip().endswith("RUN bootc container lint")
+    config = (build / "bootc" / f"{IMAGE}.config.toml").read_text()
+    assert check_bib_config(config, "config.toml")["customizations"]["filesystem"]
+    with pytest.raises(BuildError, match=r"customizations\.services is not a key "
+                                         r"bootc-image-builder reads"):
+        check_bib_config("[customizations.services]\nenabled = ['x']\n", "config.toml")

@@ -357,3 +357,26 @@ def test_microshift_config_is_checked_before_it_reaches_a_kickstart(
     err = capsys.readouterr().err
     assert f"{bad}: {field}" in err and "Traceback" not in err
     assert not (tmp_path / "kickstart").exists()
+
+
+def test_the_container_kickstart_installs_the_signed_bootc_image(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Image mode: ostreecontainer names the image by digest; the installer and the device
+    get the policy that accepts only the release's signed images, and where the signatures
+    are; pykickstart (RHEL 9) accepts it."""
+    write_blueprints(tmp_path, "microshift-full")
+    key = tmp_path / "release.asc"
+    key.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\nAAAA\n"
+                   "-----END PGP PUBLIC KEY BLOCK-----\n")
+    image = "registry.example.com:5000/microshift/microshift-full@sha256:" + "a" * 64
+    assert run_cli("--release", RELEASE, "kickstart", "--build-dir", tmp_path, "--image",
+                   "microshift-full", "--container", image, "--gpg-key", key,
+                   "--lookaside", "https://updates.example.com/sigstore") == 0
+    text = (tmp_path / "kickstart/microshift-full-container.ks").read_text()
+    assert f"ostreecontainer --url={image} --transport=registry --stateroot=rhel\n" in text
+    assert text.count('"registry.example.com:5000/microshift": [{"type": "signedBy"') == 2
+    assert text.count("lookaside: https://updates.example.com/sigstore") == 2
+    assert "ostreesetup" not in text
+    assert run_cli("--release", RELEASE, "kickstart", "--build-dir", tmp_path, "--image",
+                   "microshift-full", "--container", "not a reference") == 2
+    assert "container: 'not a reference' is not an image reference" in capsys.readouterr().err
