@@ -144,7 +144,8 @@ HOSTILE_MUTANTS: list[Mutant] = [
 HAND_MUTANTS: dict[str, tuple[list[str], list[Mutant]]] = {  # group: tests, mutants
     "greenboot": (["tests/device/test_greenboot.py"], GREENBOOT_MUTANTS),
     "updater-on-device": (["tests/device/test_update.py"], UPDATER_MUTANTS),
-    "updater-hostile": (["tests/device/test_hostile.py"], HOSTILE_MUTANTS),
+    "updater-hostile": (["tests/device/test_hostile.py", "tests/updater/test_stage.py",
+                         "tests/updater/test_processes.py"], HOSTILE_MUTANTS),
 }
 KILLED = {1, 3, -24, 24, 152, 255, 36, -9}   # mutmut: test failure, error or timeout
 HAND_TIMEOUT = 1200   # seconds for a hand mutant's tests: more than they take unmutated

@@ -15,7 +15,10 @@ from builder.core.errors import ToolError
 from builder.core.runner import Runner
 from builder.updater.apply import FINALIZE, stage
 from builder.updater.index import UpdateRefused
+from builder.updater.run import Run
+from builder.updater.status import StatusFile
 from builder.updater.system import Booted, System
+from builder.updater.update_config import parse_update_config
 
 COMMIT = "c" * 64
 
@@ -97,3 +100,18 @@ def test_a_deploy_that_failed_after_making_the_deployment_the_default_staged_it(
         "ostree admin deploy failed: Locking repo exclusive failed")
     assert lines[0].endswith(f"`ostree admin status` shows {COMMIT[:12]} as the next "
                              "deployment: it is staged")
+
+
+@pytest.mark.parametrize(("next_deployment", "reboots"), [("a" * 64, True), (COMMIT, False)])
+def test_reboot_true_reboots_only_into_another_deployment(
+        tmp_path: Path, next_deployment: str, reboots: bool) -> None:
+    """A run told to reboot whose next deployment is the booted one (nothing was staged
+    after all) does not reboot: rebooting into what runs, on every timer run, was a loop."""
+    runner = Recorder(0, default=next_deployment)
+    state = tmp_path / "state"
+    state.mkdir()
+    run = Run(tmp_path, parse_update_config({"reboot": True}, "update.yaml"), runner,
+              StatusFile(state / "status.json"), print)
+    run._maybe_reboot(BOOTED)
+    assert run.rebooted is reboots
+    assert (["systemctl", "reboot"] in runner.calls) is reboots
