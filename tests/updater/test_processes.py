@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from builder.updater.processes import death_signal_prefix, repo_lock_holders
+
 pytestmark = pytest.mark.integration
 
 UPDATER = """
