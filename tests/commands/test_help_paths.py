@@ -37,11 +37,13 @@ def layout_paths() -> set[str]:
             layout.composer_commit("NAME", "UUID"), layout.sample_public_key,
             layout.public_key("ID"), layout.cache("delta-parts"), layout.device_work("SCENARIO"),
             layout.vm_work("SCENARIO"), layout.vm_accel, layout.lock("NAME", "ARCH"),
-            layout.ostree_repo, layout.sample_gpg_home}
+            layout.ostree_repo, layout.sample_gpg_home, layout.bootc_layout("NAME") / "index.json",
+            layout.bootc_plan("NAME", "ARCH"), layout.bootc_report("NAME", "ARCH"),
+            layout.bootc_signatures, layout.bootc_device_files}
     for name in ("NAME", "NAME-ARCH"):
         made |= {layout.blueprint(name), layout.sbom(name), layout.installer(name),
                  layout.installer_record(name), layout.kickstart(name, "network"),
-                 layout.kickstart(name, "embedded")}
+                 layout.kickstart(name, "embedded"), layout.kickstart(name, "container")}
     known = {str(path) for path in made}
     for path in made:
         known |= {str(parent) + "/" for parent in path.parents if parent != Path(".")}

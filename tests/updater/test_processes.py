@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 UPDATER = """
 import sys
 from builder.updater.processes import ChildRunner
-ChildRunner().run(["sleep", sys.argv[1]])
+ChildRunner().run([sys.executable, "-c", "import time; time.sleep(600)"])
 """
 
 
@@ -54,8 +54,8 @@ def test_this_setpriv_knows_the_death_signal() -> None:
 
 
 def test_a_child_dies_when_its_updater_is_killed() -> None:
-    """`sleep 600` would outlive a killed parent by ten minutes; it is gone at once."""
-    updater = subprocess.Popen([sys.executable, "-c", UPDATER, "600"],
+    """A child sleeping 600 s would outlive a killed parent by ten minutes; it is gone at once."""
+    updater = subprocess.Popen([sys.executable, "-c", UPDATER],
                                cwd=Path(__file__).parents[2])
     try:
         deadline = time.monotonic() + 30
@@ -75,13 +75,15 @@ def test_a_child_dies_when_its_updater_is_killed() -> None:
 
 def test_the_lock_s_holders_are_named_by_pid_and_command(tmp_path: Path) -> None:
     (tmp_path / ".lock").write_bytes(b"")
-    holder = subprocess.Popen(["sleep", "60"], stdin=(tmp_path / ".lock").open("rb"))
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              stdin=(tmp_path / ".lock").open("rb"))
     try:
         deadline = time.monotonic() + 10
         while not (holders := repo_lock_holders(tmp_path)):
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert holders == [f"pid {holder.pid} (sleep 60)"]
+        assert holders == [f"pid {holder.pid} ({sys.executable} -c import time; "
+                           "time.sleep(60))"]
     finally:
         holder.kill()
         holder.wait()
