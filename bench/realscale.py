@@ -14,7 +14,9 @@ same run, on the last two releases (the adjacent pair):
   against the ceiling;
 - the devices' updater (microshift-update, issue 12) on a simulated device holding the
   from-commit: bytes served against the delta file, without and with 5 cuts, beside a plain
-  `ostree pull` (bench/ota.py).
+  `ostree pull` (bench/ota.py);
+- the same update in image mode: the layers of the bootc image a device pulls
+  (bench/image_mode.py).
 Composes and downloads are cached under OUT/realscale/ and OUT/cache/; deltas and their
 parts never are.
 """
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import ota
+from bench import image_mode, ota
 from bench.fixture import SERIES, Series, image_bytes, payload, release_file
 from builder.core.ostree import Repo, TreeFile
 from builder.core.runner import Runner
@@ -56,7 +58,8 @@ def builder(*args: str | Path, release: Path | None = None) -> float:
 
 
 def compose_series(series: Series, releases: int, cache: Path, build: Path) -> list[Path]:
-    """build-image --until compose for each release, oldest first (cached steps reused).
+    """build-image --until bootc for each release, oldest first (cached steps reused; each
+    release's bootc image is planned from the one before, as a release engineer's are).
 
     Commits composed by another version of the builder are dropped first: composing the
     older releases again onto a ref whose head is the newest would add commits of them on
@@ -68,7 +71,7 @@ def compose_series(series: Series, releases: int, cache: Path, build: Path) -> l
     files = []
     for index in range(len(series.payloads) - releases, len(series.payloads)):
         release = release_file(series, index, cache, build.parent / "releases")
-        seconds = builder("build-image", "--until", "compose", "--build-dir", build,
+        seconds = builder("build-image", "--until", "bootc", "--build-dir", build,
                           release=release)
         print(f"  release {index + 1}: composed in {seconds:.0f}s", flush=True)
         files.append(release)
@@ -181,7 +184,11 @@ def measure(series_name: str, releases: int, out: Path) -> dict[str, Any]:
         pair = UpdatePair(repo.path, report["ref"], update["from_commit"], report["to_commit"],
                           "compose", build / "gpg" / SAMPLE_PUBLIC_KEY)
         over_the_air = ota.measure_pair(pair, Path(scratch))
-    measured = {"stage": stage, "bounds": bounds, "applied": applied, "ota": over_the_air}
+        print("  the same update in image mode ...", flush=True)
+        mode = image_mode.measure(build, repo, update["from_commit"], report["to_commit"],
+                                  Path(scratch))
+    measured = {"stage": stage, "bounds": bounds, "applied": applied, "ota": over_the_air,
+                "image_mode": mode}
     return summarize(series, releases, cache, report, measured)
 
 
@@ -209,7 +216,7 @@ def summarize(series: Series, releases: int, cache: Path, report: dict[str, Any]
         "stage_seconds": round(stage, 1), "stage_wall_seconds": report["wall_seconds"],
         "slowest_path_seconds": slowest, "jobs": report["jobs"],
         "memory_ceiling_bytes": report["memory_ceiling_bytes"], "applied": applied,
-        "ota": measured["ota"],
+        "ota": measured["ota"], "image_mode": measured["image_mode"],
     }
     result["ratios"] = {
         "delta_vs_xdelta3": round(update["delta_bytes"] / bounds["xdelta3_bound_bytes"], 3),
@@ -238,6 +245,9 @@ def checks(result: dict[str, Any], report: dict[str, Any]) -> dict[str, bool]:
         if label in updates:  # throttled rows need network namespaces
             found[f"ota_{label}_within_1.1x_bytes_over_rate"] = \
                 updates[label]["time_ratio"] is not None and updates[label]["time_ratio"] <= 1.1
+    ratio = result["image_mode"]["os_pull_vs_changed_gzip"]
+    found["image_mode_os_layers_within_1.3x_changed_gzip"] = \
+        ratio is not None and ratio <= image_mode.TARGET
     found["payload_at_least_90MB"] = result["payload"]["bytes"] >= 90_000_000
     found["images_at_least_300MB"] = result["image_content_bytes"] >= 300_000_000
     return found
@@ -291,6 +301,7 @@ def report(r: dict[str, Any]) -> str:
                   "download / (bytes / rate) | ostree pull / delta |",
               "|---|---|---|---|---|---|---|"]
     lines += [ota.ota_row(label, row) for label, row in r["ota"].items()]
+    lines += ["", *image_mode.row(r["image_mode"])]
     ratios = r["ratios"]
     lines += ["", f"delta / xdelta3 bound = {ratios['delta_vs_xdelta3']} (target <= 0.7); "
                   f"delta / zstd -19 = {ratios['delta_vs_zstd19']} (target <= 0.5)",

@@ -152,14 +152,15 @@ def _update_cost(ctx: Context, build: _Build, written: Written) -> dict[str, Any
     if previous_report.is_file():
         previous = json.loads(previous_report.read_text())
     had = {layer["digest"] for layer in previous.get("layers", [])}
-    changed = [blob for _, blob, _ in written if blob.digest not in had]
+    changed = [(index, blob) for index, blob, _ in written if blob.digest not in had]
     single = Layout(ctx.layout.bootc_layout(build.target.image) / ".single")
     single.init()
     blob = single.write_layer(build.nodes, lambda n: content(build.tree, n))
     shutil.rmtree(single.root, ignore_errors=True)
     return {"from_manifest": previous.get("manifest"), "from_commit": previous.get("commit"),
             "changed_layers": len(changed) if previous else None,
-            "pull_bytes": sum(b.size for b in changed) if previous else None,
+            "changed": [index for index, _ in changed] if previous else None,
+            "pull_bytes": sum(b.size for _, b in changed) if previous else None,
             "single_layer_bytes": blob.size}
 
 

@@ -54,6 +54,7 @@ from builder.publish.report import (
     DeltaReport,
     LargeFile,
     UpdatePath,
+    image_mode_cost,
     measure_update,
     read_superblock,
     report_dir,
@@ -220,7 +221,8 @@ def _publish(ref: _Ref, repo: Repo, work: Sequence[PathWork],
     report = DeltaReport(ref.target.ref, ref.head, repo.metadata(ref.head, "version"),
                          str(repo.path), tuple(path for path, _ in mine),
                          round(time.monotonic() - started, 2), jobs, ceiling,
-                         changes_to(repo, ref.head, list(ref.previous), ctx.progress.warn))
+                         changes_to(repo, ref.head, list(ref.previous), ctx.progress.warn),
+                         image_mode_cost(ctx.layout, ref.target.ref, ref.head))
     write_atomic(ref.out_dir / "report.json", report.to_json())
     write_atomic(ref.out_dir / "report.txt", report.text() + "\n")
     written = ref.out_dir / "report.json"

@@ -74,6 +74,8 @@ class DeltaReport:
     memory_ceiling_bytes: int | None = None
     # What each update path from a previous commit changes (packages, images).
     changes: tuple[CommitChanges, ...] = ()
+    # The same update in image mode (the bootc stage's record of this head), when it has one.
+    image_mode: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -102,6 +104,7 @@ class DeltaReport:
             lines.append(f"{_origin(path):<28}{path.delta_parts:>6}{path.fallback_objects:>10}"
                          f"{made:>11}{peak:>13}  {_how(path)}")
         lines += _large_file_lines(self.paths)
+        lines += _image_mode_lines(self.image_mode, self.paths)
         if self.wall_seconds is not None:
             lines.append(f"\nall paths in {self.wall_seconds:.1f}s with up to {self.jobs} at "
                          f"once, memory ceiling {human_bytes(self.memory_ceiling_bytes or 0)}")
@@ -130,6 +133,35 @@ def _large_file_lines(paths: tuple[UpdatePath, ...]) -> list[str]:
             lines.append(f"  {large.encoding:<8}{human_bytes(large.bytes):>11}  {large.path}  "
                          f"{source}")
     return lines
+
+
+def image_mode_cost(layout: Layout, ref: str, head: str) -> dict[str, Any] | None:
+    """What a device on the previous bootc image of `ref` pulls to get the image of `head`
+    (DIR/bootc/NAME.ARCH.json, written by the bootc stage), when that image was built."""
+    reports = layout.bootc_report("*", "*")
+    for path in sorted(reports.parent.glob(reports.name)) if reports.parent.is_dir() else []:
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(found, dict) or not isinstance(found.get("update"), dict):
+            continue
+        update = found["update"]
+        if found.get("ref") == ref and found.get("commit") == head:
+            return {"report": str(path), "manifest": found.get("manifest"),
+                    "layers": len(found.get("layers", [])), **update}
+    return None
+
+
+def _image_mode_lines(mode: dict[str, Any] | None, paths: tuple[UpdatePath, ...]) -> list[str]:
+    if mode is None or mode.get("pull_bytes") is None:
+        return []
+    path = next((p for p in paths if p.from_commit == mode["from_commit"]), None)
+    delta = f", ostree static delta {human_bytes(path.delta_bytes)}" if path else ""
+    return ["", f"image mode (bootc) from {str(mode['from_commit'])[:12]}: "
+                f"{mode['changed_layers']} of {mode['layers']} layers, "
+                f"{human_bytes(mode['pull_bytes'])}; single-layer image "
+                f"{human_bytes(mode['single_layer_bytes'])}{delta}"]
 
 
 def _origin(path: UpdatePath) -> str:

@@ -26,6 +26,7 @@ from builder.core.runner import Runner
 from builder.publish.contents import package_files
 from tests.bootc.conftest import ARCH, bootc_build
 from tests.support import requires
+from tests.support.cli import run_cli
 from tests.support.ostree import IMAGE, ComposedPair, copy_build
 
 pytestmark = [pytest.mark.integration,
@@ -126,6 +127,23 @@ def test_the_next_release_changes_only_the_layers_whose_content_changed(
     assert update["pull_bytes"] == sum(layer["size"] for layer in report2["layers"]
                                        if layer["digest"] not in digests1.values())
     assert update["pull_bytes"] < update["single_layer_bytes"]
+    assert sorted(update["changed"]) == sorted(
+        layer["index"] for layer in report2["layers"] if layer["digest"] not in digests1.values())
+    _the_update_report_shows_image_mode(composed_pair, next_build, update)
+
+
+def _the_update_report_shows_image_mode(pair: ComposedPair, build: Path,
+                                        update: dict[str, Any]) -> None:
+    """The deltas stage's report sets the image-mode pull beside the static delta."""
+    assert run_cli("--release", pair.release2, "deltas", "--build-dir", build, "--image",
+                   IMAGE) == 0
+    [report_file] = (build / "deltas").rglob("report.json")
+    deltas = json.loads(report_file.read_text())
+    assert deltas["image_mode"]["pull_bytes"] == update["pull_bytes"]
+    assert deltas["image_mode"]["from_commit"] == pair.commit1
+    text = report_file.with_name("report.txt").read_text()
+    assert f"image mode (bootc) from {pair.commit1[:12]}: {update['changed_layers']} of " in text
+    assert "single-layer image" in text and "ostree static delta" in text
 
 
 def _content_by_group(build: Path, commit: str) -> dict[str, Any]:

@@ -105,3 +105,12 @@ def test_the_devices_updater_holds_the_link_rate_at_real_size(result: dict[str, 
         assert row["ratio"] <= 1.05 and row["duplicate_bytes"] == 0, (label, row)
         assert row["time_ratio"] >= 0.95, (label, row)
     assert rows["5 Mbit/s, 5 cuts"]["cuts"] == 5
+
+
+def test_image_mode_sends_the_changed_os_content_within_1_3x(result: dict[str, Any]) -> None:
+    """Issue 40: a device on the previous bootc image pulls, for the OS content, at most
+    1.3x gzip of the files that changed; the whole single-layer image would be far more."""
+    mode = result["image_mode"]
+    assert "rpm:microshift-core" in mode["os_changed_layers"], mode
+    assert mode["os_pull_vs_changed_gzip"] <= 1.3, mode
+    assert mode["pull_bytes"] < mode["single_layer_bytes"], mode
