@@ -110,16 +110,20 @@ class Recording(Runner):
 
 
 def test_gpg_runs_in_a_private_throwaway_home_whose_daemons_are_stopped(
-        keys: tuple[Key, Key]) -> None:
+        keys: tuple[Key, Key], tmp_path: Path) -> None:
+    """The home is under the run's scratch directory, which every run empties first: a
+    killed run's home does not stay for long."""
     release, _ = keys
     data = b"{}"
     runner = Recording()
-    verify_signature(runner, data, release.sign(data), [release.public], WHAT)
+    verify_signature(runner, data, release.sign(data), [release.public], WHAT,
+                     scratch=tmp_path)
     *gpg_calls, stop = runner.calls
     homes = {args[args.index("--homedir") + 1] for args, _, _ in runner.calls}
     assert len(homes) == 1
     [home] = homes
     assert Path(home).name.startswith("microshift-update-gpg-") and not Path(home).exists()
+    assert Path(home).parent == tmp_path
     assert [(args[0], check, mode) for args, check, mode in gpg_calls] == \
         [("gpg", False, 0o700), ("gpg", False, 0o700)]  # a refusal is read, never raised
     assert stop == (["gpgconf", "--homedir", home, "--kill", "all"], False, 0o700)
@@ -269,6 +273,23 @@ def test_an_index_the_device_must_not_trust_is_refused(data: bytes, problem: str
         parse_index(data, REF, WHAT)
     assert str(caught.value).startswith(f"{WHAT}: {problem}"), str(caught.value)
     assert "\n" not in str(caught.value) and len(str(caught.value)) < 400  # one line
+
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    (index(files=[entry(to_commit=OLD)]),
+     f"files[0].to_commit is '{OLD}'; allowed: the index's to_commit {NEW[:12]}"),
+    (index(to_commit="B" * 64),
+     f"to_commit is '{'B' * 64}'; allowed: a commit checksum (64 hex digits)"),
+    (index(files=[entry(bytes=2 ** 50 + 1)]),
+     f"files[0].bytes is {2 ** 50 + 1}; allowed: an integer from 1 to {2 ** 50}"),
+])
+def test_a_refusal_says_exactly_what_is_allowed(data: bytes, message: str) -> None:
+    """The whole line an admin reads: the bound (a petabyte, 2**50 bytes, is the largest
+    delta file), the commit it must name, the form a checksum takes."""
+    with pytest.raises(UpdateRefused) as caught:
+        parse_index(data, REF, WHAT)
+    assert str(caught.value) == f"{WHAT}: {message}"
 
 
 # --- fetching it -------------------------------------------------------------------------
