@@ -1,10 +1,10 @@
 """The chain of stages, written once: what `build-image` runs and what the VM tier's release
 pairs run, from a build plan (builder/plan.py).
 
-    rpms -> blueprint -> compose -> sbom -> deltas -> installer
+    rpms -> blueprint -> compose -> sbom -> bootc -> deltas -> installer
 
 Each stage takes the run's context and the plan and returns the artifacts it made (label,
-path) for the run's report. compose, sbom and installer run once per architecture, each
+path) for the run's report. compose, sbom, bootc and installer run once per architecture, each
 architecture after the other; the deltas of every image and architecture are one job
 (builder/publish/deltas.py).
 """
@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from builder.context import Context
 from builder.plan import STAGES, BuildPlan
+
+if TYPE_CHECKING:  # stage modules are imported when their stage runs
+    from builder.bootc.image import BootcImage
 
 Artifact = tuple[str, Path]
 
@@ -81,7 +85,8 @@ def _sbom(ctx: Context, plan: BuildPlan) -> list[Artifact]:
 
 
 def _bootc(ctx: Context, plan: BuildPlan) -> list[Artifact]:
-    """Each image of each architecture as a bootc container image (its OCI layout)."""
+    """Each image of each architecture as a bootc container image (its OCI layout), pushed
+    when the plan names a registry."""
     from builder.bootc.image import build_bootc_image
 
     made: list[Artifact] = []
@@ -90,7 +95,24 @@ def _bootc(ctx: Context, plan: BuildPlan) -> list[Artifact]:
             image = build_bootc_image(arch_ctx, target)
             made.append((f"bootc image {image.manifest.digest[:19]}, {target.image}, "
                          f"{target.arch}", image.layout))
+            if plan.options.push is not None:
+                pushed = push_bootc_image(arch_ctx, plan, image)
+                made.append((f"pushed {pushed}", image.layout))
     return made
+
+
+def push_bootc_image(ctx: Context, plan: BuildPlan, image: BootcImage) -> str:
+    """The image in the plan's registry, signed with the plan's key: REGISTRY/NS/NAME@DIGEST."""
+    from builder.bootc.publish import PushOptions, push_image
+
+    push = plan.options.push
+    if push is None:
+        raise ValueError("the plan names no registry to push to")
+    pushed = push_image(ctx, image, PushOptions(
+        namespace=push.namespace, key=plan.keys.signing,
+        signatures=push.signatures or plan.layout.bootc_signatures,
+        tls_verify=push.tls_verify))
+    return pushed.by_digest
 
 
 def _deltas(ctx: Context, plan: BuildPlan) -> list[Artifact]:

@@ -72,6 +72,15 @@ class Keys:
 
 
 @dataclass(frozen=True)
+class RegistryPush:
+    """Where the bootc stage pushes each image: REGISTRY/NAMESPACE/NAME."""
+
+    namespace: str
+    tls_verify: bool = True
+    signatures: Path | None = None   # default: DIR/bootc/signatures
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     stages: tuple[str, ...] = STAGES
     validity: int = DEFAULT_VALIDITY_SECONDS   # how long the update index is current
@@ -79,6 +88,7 @@ class BuildOptions:
     delta_cache_limit: int | None = None       # bytes of DIR/cache/delta-parts
     deltas_from: int | None = None             # None: release.yaml's ostree.deltas_from
     scratch_delta: bool = True                 # also the delta from scratch (new devices)
+    push: RegistryPush | None = None           # the bootc images to a registry
 
     def __post_init__(self) -> None:
         unknown = [stage for stage in self.stages if stage not in STAGES]

@@ -11,11 +11,12 @@ from typing import Any
 from builder.commands.options import (
     add_build_dir,
     add_images_option,
+    add_push_options,
     add_signing_options,
+    push_target,
     selected_images,
 )
 from builder.context import Context
-from builder.core.errors import InputError
 
 
 def register(sub: Any) -> None:
@@ -36,37 +37,27 @@ def register(sub: Any) -> None:
     parser.add_argument("--previous-plan", type=Path, metavar="FILE",
                         help="the previous release's layer plan (default: the last build's "
                              "in DIR/bootc)")
-    parser.add_argument("--push", metavar="REGISTRY/NAMESPACE",
-                        help="push to this registry namespace, e.g. 127.0.0.1:5000/microshift")
-    parser.add_argument("--tls-verify", action=argparse.BooleanOptionalAction, default=True,
-                        help="verify the registry's TLS certificate (default: yes)")
-    parser.add_argument("--signatures", type=Path, metavar="DIR",
-                        help="where the signatures are written, to publish beside the site "
-                             "as the devices' lookaside (default: DIR/bootc/signatures)")
+    add_push_options(parser)
     add_signing_options(parser)
     parser.set_defaults(func=cmd_bootc)
 
 
 def cmd_bootc(ctx: Context, args: argparse.Namespace) -> int:
     from builder.bootc.image import BootcOptions, build_bootc_image
-    from builder.bootc.publish import PushOptions, push_image
-    from builder.plan import Keys, image_targets
+    from builder.chain import push_bootc_image
+    from builder.plan import BuildOptions, Keys, make_plan
 
-    if args.push is not None and "/" not in args.push.strip("/"):
-        raise InputError("command line", "--push", f"{args.push!r} is not REGISTRY/NAMESPACE",
-                         hint="e.g. 127.0.0.1:5000/microshift or quay.io/example")
+    push = push_target(args)
     options = BootcOptions(max_layers=args.max_layers, previous_plan=args.previous_plan)
-    images = selected_images(args)
-    keys = Keys.of(ctx, args.gpg_homedir, args.gpg_key)
-    for target in image_targets(ctx, images, args.ref):
-        built = build_bootc_image(ctx.for_arch(target.arch), target, options)
+    plan = make_plan(ctx, selected_images(args), ref=args.ref,
+                     keys=Keys.of(ctx, args.gpg_homedir, args.gpg_key),
+                     options=BuildOptions(stages=("bootc",), push=push))
+    for target in plan.targets:
+        arch_ctx = ctx.for_arch(target.arch)
+        built = build_bootc_image(arch_ctx, target, options)
         print(f"{target.image} {target.arch} {built.manifest.digest} "
               f"oci:{built.layout}:{target.arch}")
-        if args.push is not None:
-            pushed = push_image(ctx.for_arch(target.arch), built, PushOptions(
-                namespace=args.push.strip("/"), key=keys.signing,
-                signatures=args.signatures or ctx.layout.bootc_signatures,
-                tls_verify=args.tls_verify))
-            print(f"{target.image} {target.arch} pushed {pushed.by_digest} "
-                  f"({pushed.reference})")
+        if push is not None:
+            print(f"{target.image} {target.arch} pushed "
+                  f"{push_bootc_image(arch_ctx, plan, built)}")
     return 0

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from builder.core.errors import InputError
 
 if TYPE_CHECKING:  # stage modules are imported when a command runs, keeping --help fast
+    from builder.plan import RegistryPush
     from builder.publish.rollout_statement import RolloutPlan
 
 
@@ -60,6 +61,30 @@ def delta_cache_limit(args: argparse.Namespace) -> int | None:
         return parse_size(args.delta_cache_size)
     except ValueError as exc:
         raise InputError("command line", "--delta-cache-size", str(exc)) from None
+
+
+def add_push_options(parser: argparse.ArgumentParser) -> None:
+    """Where bootc images go: a registry namespace, its TLS, the signatures' directory."""
+    parser.add_argument("--push", metavar="REGISTRY/NAMESPACE",
+                        help="push each bootc image to REGISTRY/NAMESPACE/NAME, e.g. "
+                             "127.0.0.1:5000/microshift")
+    parser.add_argument("--tls-verify", action=argparse.BooleanOptionalAction, default=True,
+                        help="verify the registry's TLS certificate (default: yes)")
+    parser.add_argument("--signatures", type=Path, metavar="DIR",
+                        help="where the signatures are written, to publish beside the site "
+                             "as the devices' lookaside (default: DIR/bootc/signatures)")
+
+
+def push_target(args: argparse.Namespace) -> RegistryPush | None:
+    from builder.plan import RegistryPush
+
+    if args.push is None:
+        return None
+    namespace = args.push.strip("/")
+    if "/" not in namespace:
+        raise InputError("command line", "--push", f"{args.push!r} is not REGISTRY/NAMESPACE",
+                         hint="e.g. 127.0.0.1:5000/microshift or quay.io/example")
+    return RegistryPush(namespace, args.tls_verify, args.signatures)
 
 
 def add_signing_options(parser: argparse.ArgumentParser) -> None:

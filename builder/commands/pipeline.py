@@ -11,9 +11,11 @@ from builder.commands.options import (
     add_build_dir,
     add_delta_options,
     add_images_option,
+    add_push_options,
     add_signing_options,
     add_validity_option,
     delta_cache_limit,
+    push_target,
     selected_images,
     validity,
 )
@@ -31,6 +33,7 @@ def register(sub: Any) -> None:
                         help="stop after this stage (default: run them all)")
     add_signing_options(parser)
     add_delta_options(parser)
+    add_push_options(parser)
     parser.set_defaults(func=cmd_build_image)
 
 
@@ -43,7 +46,7 @@ def cmd_build_image(ctx: Context, args: argparse.Namespace) -> int:
     images = selected_images(args)  # an unknown image fails now, not after the RPMs
     options = BuildOptions(stages=STAGES[:STAGES.index(args.until) + 1],
                            validity=validity(args), delta_generator=args.delta_generator,
-                           delta_cache_limit=delta_cache_limit(args))
+                           delta_cache_limit=delta_cache_limit(args), push=push_target(args))
     plan = make_plan(ctx, images, keys=Keys.of(ctx, args.gpg_homedir, args.gpg_key),
                      options=options)
     with ctx.progress.step(f"build-image {release.evr} ({', '.join(images)}; "

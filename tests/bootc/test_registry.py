@@ -36,7 +36,7 @@ from builder.core.signing import SigningKey, ensure_sample_key, stop_agent
 from tests.bootc.conftest import ARCH
 from tests.support import requires
 from tests.support.cli import run_cli
-from tests.support.ostree import IMAGE, ComposedPair
+from tests.support.ostree import IMAGE, ComposedPair, copy_build
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("the composed pair is composed as root")]
@@ -187,3 +187,36 @@ def test_the_sbom_is_attached_under_the_tag_schema(
         artifact = json.loads(answer.read())
     assert artifact["subject"]["digest"] == report["manifest"]
     assert artifact["artifactType"] == "application/spdx+json"
+
+
+def test_the_bootc_command_pushes_signs_and_writes_the_device_files(
+        site: Site, first: tuple[Path, dict[str, Any]], composed_pair: ComposedPair,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`bootc --push` as a release engineer types it: the image by digest, signed with the
+    release key into the lookaside directory, and what a device ships to enforce it."""
+    build, report = first
+    copy = copy_build(build, tmp_path / "build")
+    assert run_cli("--release", composed_pair.release1, "bootc", "--build-dir", copy,
+                   "--image", IMAGE, "--push", site.namespace, "--no-tls-verify") == 0
+    out = capsys.readouterr().out
+    assert f"{IMAGE} {ARCH} pushed {site.namespace}/{IMAGE}@{report['manifest']}" in out
+    assert list((copy / "bootc/signatures").rglob("signature-1"))
+    device = copy / "bootc/device"
+    policy = json.loads((device / "policy.json").read_text())
+    [rule] = policy["transports"]["docker"][site.namespace]
+    assert rule["type"] == "signedBy" and policy["default"] == [{"type": "reject"}]
+    assert (device / Path(rule["keyPath"]).name).read_text().startswith(
+        "-----BEGIN PGP PUBLIC KEY BLOCK-----")
+
+
+def test_a_registry_that_is_not_there_is_one_line(
+        first: tuple[Path, dict[str, Any]], composed_pair: ComposedPair, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    build, _ = first
+    copy = copy_build(build, tmp_path / "build")
+    assert run_cli("--release", composed_pair.release1, "bootc", "--build-dir", copy,
+                   "--image", IMAGE, "--push", "127.0.0.1:9/microshift",
+                   "--no-tls-verify") == 1
+    errors = [line for line in capsys.readouterr().err.splitlines()
+              if line.startswith("error: ")]
+    assert len(errors) == 1 and "127.0.0.1:9" in errors[0], errors

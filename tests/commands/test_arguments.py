@@ -20,6 +20,8 @@ from tests.support.cli import RELEASE, run_cli
     (["deltas", "--image", "no-such-image"], "no image named 'no-such-image'"),
     (["build-image", "--image", "microshift-full", "--image", "nope"], "no image named 'nope'"),
     (["build-image", "--delta-cache-size", "lots"], "--delta-cache-size: "),
+    (["build-image", "--push", "localhost"], "--push: 'localhost' is not REGISTRY/NAMESPACE"),
+    (["bootc", "--push", "quay.io/"], "--push: 'quay.io/' is not REGISTRY/NAMESPACE"),
     (["publish", "--to", "/nonexistent/target", "--index-validity", "-1"],
      "--index-validity: -1 is out of range"),
 ])
