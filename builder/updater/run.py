@@ -44,6 +44,10 @@ from builder.updater.update_config import UpdateConfig
 
 STAGING = STATE_DIR / "staging"
 ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
+# The commit this updater last staged, kept apart from the status: a later run killed on a
+# red boot (redboot reboots while it starts) writes "failed" over the status, and the run
+# after the rollback must still know what it staged, or it stages it again: a reboot loop.
+STAGED = "staged"
 FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
 
 
@@ -126,6 +130,7 @@ class Run:
         if not self.config.allow_downgrade:
             apply.check_not_older(self.system, booted, commit)
         apply.stage(self.system, booted, remote, commit, self.log)
+        write_atomic(self._state_file(STAGED), commit + "\n")
         shutil.rmtree(self.system.root / STAGING, ignore_errors=True)
         version = index.to_version if index and index.to_version else ""
         self._set("staged", target=commit, target_version=version)
@@ -176,20 +181,27 @@ class Run:
     def _note_rollback(self, booted: Booted) -> None:
         """A target this updater staged that neither runs nor waits to boot was rolled back
         by greenboot: remember it, so the updater does not stage it again and again."""
-        previous = self.status_file.read()
-        if previous.state != "staged" or not previous.target or \
-                previous.target == booted.checksum or \
-                apply.pending(self.system) == previous.target:
+        staged = read_staged(self._state_file(STAGED))
+        if staged is None:
+            # State written before the staged record existed: the status names the target.
+            previous = self.status_file.read()
+            staged = previous.target if previous.state == "staged" and previous.target \
+                else None
+        if staged is None or staged == booted.checksum or apply.pending(self.system) == staged:
             return
-        path = self.status_file.path.parent / ROLLED_BACK
         known = self._rolled_back()
-        if previous.target not in known:
-            write_atomic(path, "".join(f"{c}\n" for c in [*known, previous.target]))
-        self.log(f"{previous.target[:12]} was staged but the device runs "
+        if staged not in known:
+            write_atomic(self._state_file(ROLLED_BACK),
+                         "".join(f"{c}\n" for c in [*known, staged]))
+        self._state_file(STAGED).unlink(missing_ok=True)
+        self.log(f"{staged[:12]} was staged but the device runs "
                  f"{booted.checksum[:12]}: greenboot rolled it back")
 
     def _rolled_back(self) -> list[str]:
-        return read_rolled_back(self.status_file.path.parent / ROLLED_BACK)
+        return read_rolled_back(self._state_file(ROLLED_BACK))
+
+    def _state_file(self, name: str) -> Path:
+        return self.status_file.path.parent / name
 
     def _keyrings(self, remote: str) -> list[Path]:
         if self.system.remote_option(remote, "gpg-verify") == "false":
@@ -348,7 +360,8 @@ class Run:
 
 
 def read_rolled_back(path: Path) -> list[str]:
-    """The commits greenboot rolled back on this device, one checksum a line."""
+    """The commits greenboot rolled back on this device (or another list of commits), one
+    checksum a line."""
     try:
         words = path.read_text().split()
     except FileNotFoundError:
@@ -369,3 +382,11 @@ def _check_space(staging: Path, delta: DeltaFile) -> None:
         raise BuildError(f"{staging}: {free} bytes free, the delta file needs "
                          f"{delta.size - have} more (and {FREE_MARGIN} left free)",
                          hint="free space on /var")
+
+
+def read_staged(path: Path) -> str | None:
+    """The commit this updater last staged, or None when it has staged none."""
+    words = read_rolled_back(path)
+    if len(words) > 1:
+        raise DamagedState(path, "more than one commit checksum")
+    return words[0] if words else None

@@ -244,3 +244,26 @@ def test_an_update_greenboot_rolled_back_is_not_staged_again(pair: UpdatePair,
     assert "was rolled back by greenboot on this device" in status(device)
     remembered = device.stateroot_var / "lib/microshift-update/rolled-back"
     assert remembered.read_text().split() == [pair.v2]
+
+
+def test_a_run_killed_on_a_red_boot_does_not_make_the_rollback_forgotten(
+        pair: UpdatePair, tmp_path: Path) -> None:
+    """redboot reboots a red boot while the updater may still be starting: the SIGTERM'd run
+    writes "failed" over the status. The run on the rolled-back deployment must still know
+    what was staged (the VM tier rebooted into the bad update again on every boot when it
+    read that from the status alone)."""
+    device = booted_device(pair, tmp_path)
+    run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    state = device.stateroot_var / "lib/microshift-update"
+    assert (state / "staged").read_text().split() == [pair.v2]
+    with ApiServer() as api:
+        boots = boot_until_settled(device, api, {pair.v2: Health(ready_after=None)})
+    assert boots[-1].deployment.checksum == pair.v1 and boots[-1].rolled_back
+    (state / "status.json").write_text(json.dumps(
+        {"state": "failed", "detail": "terminated (SIGTERM): the run stopped"}) + "\n")
+    report, deployment = run_updater(device, pair.repo, UpdateOptions(config=SIM))
+    assert report.method is None and report.state == "idle"
+    assert deployment.checksum == pair.v1 and len(device.deployments()) == 1
+    assert "was rolled back by greenboot on this device" in status(device)
+    assert (state / "rolled-back").read_text().split() == [pair.v2]
+    assert not (state / "staged").exists()
