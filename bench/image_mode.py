@@ -22,6 +22,7 @@ from builder.core.ostree import Repo, TreeFile
 
 STORE = "/usr/share/containers/storage/"
 TARGET = 1.3
+DELTA_TARGET = 1.2   # the image-mode delta against ostree's static delta of the same change
 
 
 def measure(build: Path, repo: Repo, old: str, new: str, scratch: Path) -> dict[str, Any]:
@@ -45,6 +46,10 @@ def measure(build: Path, repo: Repo, old: str, new: str, scratch: Path) -> dict[
             "os_changed_gzip_bytes": bound,
             "os_pull_vs_changed_gzip": round(os_pull / bound, 3) if bound else None,
             "single_layer_bytes": update["single_layer_bytes"],
+            # The same update as tar-diffs against the files of the previous image
+            # (builder/bootc/image_delta.py), what a delta-capable device downloads.
+            "tar_diff_bytes": update["delta"]["bytes"] if update.get("delta") else None,
+            "tar_diff_seconds": update["delta"]["seconds"] if update.get("delta") else None,
             "compressed_bytes": report["compressed_bytes"]}
 
 
@@ -75,4 +80,7 @@ def row(mode: dict[str, Any]) -> list[str]:
             f"files {mode['os_changed_gzip_bytes'] / mib:.2f} MiB = "
             f"{mode['os_pull_vs_changed_gzip']} (target <= {TARGET}); image-store layers "
             f"{mode['store_pull_bytes'] / mib:.2f} MiB ({mode['store_changed_layers']} "
-            f"rebuilt); single-layer image {mode['single_layer_bytes'] / mib:.2f} MiB"]
+            f"rebuilt); single-layer image {mode['single_layer_bytes'] / mib:.2f} MiB",
+            f"image mode as a tar-diff delta (oci-delta layout): {mode['tar_diff_bytes']} bytes "
+            f"= {mode.get('tar_diff_vs_static_delta')} of the ostree static delta (target <= "
+            f"{DELTA_TARGET}), made in {mode['tar_diff_seconds']} s"]

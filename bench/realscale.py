@@ -218,6 +218,9 @@ def summarize(series: Series, releases: int, cache: Path, report: dict[str, Any]
         "memory_ceiling_bytes": report["memory_ceiling_bytes"], "applied": applied,
         "ota": measured["ota"], "image_mode": measured["image_mode"],
     }
+    mode = measured["image_mode"]
+    mode["tar_diff_vs_static_delta"] = round(mode["tar_diff_bytes"] / update["delta_bytes"], 3) \
+        if mode["tar_diff_bytes"] else None
     result["ratios"] = {
         "delta_vs_xdelta3": round(update["delta_bytes"] / bounds["xdelta3_bound_bytes"], 3),
         "delta_vs_zstd19": round(update["delta_bytes"] / bounds["zstd19_bytes"], 3),
@@ -248,6 +251,9 @@ def checks(result: dict[str, Any], report: dict[str, Any]) -> dict[str, bool]:
     ratio = result["image_mode"]["os_pull_vs_changed_gzip"]
     found["image_mode_os_layers_within_1.3x_changed_gzip"] = \
         ratio is not None and ratio <= image_mode.TARGET
+    delta_ratio = result["image_mode"]["tar_diff_vs_static_delta"]
+    found["image_mode_tar_diff_within_1.2x_static_delta"] = \
+        delta_ratio is not None and delta_ratio <= image_mode.DELTA_TARGET
     found["payload_at_least_90MB"] = result["payload"]["bytes"] >= 90_000_000
     found["images_at_least_300MB"] = result["image_content_bytes"] >= 300_000_000
     return found

@@ -95,6 +95,11 @@ def _bootc(ctx: Context, plan: BuildPlan) -> list[Artifact]:
             image = build_bootc_image(arch_ctx, target)
             made.append((f"bootc image {image.manifest.digest[:19]}, {target.image}, "
                          f"{target.arch}", image.layout))
+            delta = image.report["update"].get("delta")
+            if delta:
+                made.append((f"bootc delta from {delta['from_manifest'][:19]}, "
+                             f"{target.image}, {target.arch}",
+                             arch_ctx.layout.bootc_delta(target.image, target.arch)))
             if plan.options.push is not None:
                 pushed = push_bootc_image(arch_ctx, plan, image)
                 made.append((f"pushed {pushed}", image.layout))

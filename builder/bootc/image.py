@@ -13,6 +13,7 @@ equal to the commit (builder/bootc/proof.py) before the layout's index names it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from typing import Any
 from builder.blueprint.target import ImageTarget
 from builder.bootc import lint
 from builder.bootc.containerfile import bib_config, containerfile
+from builder.bootc.image_delta import write_image_delta
 from builder.bootc.layers import (
     MAX_LAYERS,
     SKELETON,
@@ -124,6 +126,7 @@ def build_bootc_image(ctx: Context, target: ImageTarget,
                           "bootc)")
         _name(build.layout, target, manifest)
         update = _update_cost(ctx, build, written)
+        update["delta"] = _delta(ctx, build, update["from_manifest"], manifest)
         report = {**_report(build, manifest, config, written), "proof": proof,
                   "update": update,
                   "lint_warnings": [f.text() for f in findings],
@@ -141,6 +144,10 @@ def build_bootc_image(ctx: Context, target: ImageTarget,
                               f"{update['pull_bytes']} bytes in {update['changed_layers']} "
                               f"layers; a single-layer image would send "
                               f"{update['single_layer_bytes']}")
+        if update["delta"]:
+            ctx.progress.info(f"as a delta (tar-diff, oci-delta layout): "
+                              f"{update['delta']['bytes']} bytes in "
+                              f"{ctx.layout.bootc_delta(target.image, target.arch)}")
     return BootcImage(target.image, target.arch, commit, manifest, build.layout.root, report)
 
 
@@ -162,6 +169,24 @@ def _update_cost(ctx: Context, build: _Build, written: Written) -> dict[str, Any
             "changed": [index for index, _ in changed] if previous else None,
             "pull_bytes": sum(b.size for _, b in changed) if previous else None,
             "single_layer_bytes": blob.size}
+
+
+def _delta(ctx: Context, build: _Build, previous: str | None,
+           manifest: Blob) -> dict[str, Any] | None:
+    """The update from the previous build's image as tar-diffs against its files, when the
+    layout still holds that image (builder/bootc/image_delta.py)."""
+    dest = ctx.layout.bootc_delta(build.target.image, build.target.arch)
+    if previous is None or previous == manifest.digest or \
+            not build.layout.blob_path(previous).is_file():
+        shutil.rmtree(dest, ignore_errors=True)
+        return None
+    with ctx.progress.step(f"image delta from {previous[:19]}"):
+        delta = write_image_delta(build.layout, previous, manifest.digest, dest, ctx.runner,
+                                  threads=os.cpu_count() or 1)
+        for layer in delta["layers"]:
+            ctx.progress.info(f"{layer['to'][:19]}: {layer['layer_bytes']} bytes gzip'ed, "
+                              f"tar-diff {layer['tar_diff_bytes']}: sends the {layer['sent']}")
+    return delta
 
 
 def _podman_files(ctx: Context, target: ImageTarget) -> None:

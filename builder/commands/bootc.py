@@ -26,8 +26,10 @@ def register(sub: Any) -> None:
         description="Make each image's bootc container image from its composed commit: the "
                     "same tree, linted by bootc's rules, layers planned from the previous "
                     "build's plan (DIR/bootc/NAME.ARCH.plan.json), proved equal to the "
-                    "commit. With --push, copy it to REGISTRY/NAMESPACE/NAME by digest and "
-                    "tag, signed with the release key, its SBOM attached.")
+                    "commit; the update from the previous build's image also as tar-diffs "
+                    "(DIR/bootc/NAME.ARCH.delta, an oci-delta layout). With --push, copy it "
+                    "to REGISTRY/NAMESPACE/NAME by digest and tag, signed with the release "
+                    "key, its SBOM attached.")
     add_build_dir(parser)
     add_images_option(parser, "make the bootc image of")
     parser.add_argument("--ref", help="ostree ref of the image's commits (default: the one "

@@ -125,6 +125,10 @@ class Layout:
     def bootc_report(self, image: str, arch: str) -> Path:
         return self.root / "bootc" / f"{image}.{arch}.json"
 
+    def bootc_delta(self, image: str, arch: str) -> Path:
+        """The update from the previous build's image, as an oci-delta layout."""
+        return self.root / "bootc" / f"{image}.{arch}.delta"
+
     def bootc_containerfile(self, image: str) -> Path:
         return self.root / "bootc" / f"{image}.Containerfile"
 

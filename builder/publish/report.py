@@ -158,9 +158,12 @@ def _image_mode_lines(mode: dict[str, Any] | None, paths: tuple[UpdatePath, ...]
         return []
     path = next((p for p in paths if p.from_commit == mode["from_commit"]), None)
     delta = f", ostree static delta {human_bytes(path.delta_bytes)}" if path else ""
+    image_delta = mode.get("delta")
+    as_delta = f"; as a tar-diff delta {human_bytes(image_delta['bytes'])}" \
+        if isinstance(image_delta, dict) and isinstance(image_delta.get("bytes"), int) else ""
     return ["", f"image mode (bootc) from {str(mode['from_commit'])[:12]}: "
                 f"{mode['changed_layers']} of {mode['layers']} layers, "
-                f"{human_bytes(mode['pull_bytes'])}; single-layer image "
+                f"{human_bytes(mode['pull_bytes'])}{as_delta}; single-layer image "
                 f"{human_bytes(mode['single_layer_bytes'])}{delta}"]
 
 

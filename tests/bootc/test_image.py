@@ -5,6 +5,7 @@ layers whose content changed. Integration tier: real ostree commits, skopeo and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import tomllib
@@ -16,12 +17,15 @@ import pytest
 
 from builder.bootc.containerfile import check_bib_config
 from builder.bootc.image import BootcOptions, image_tree
+from builder.bootc.image_delta import apply_image_delta, unpack_image
 from builder.bootc.layers import group_of
 from builder.bootc.oci import Layout
 from builder.bootc.proof import prove
+from builder.bootc.tardiff import BadDelta
 from builder.bootc.tree import CommitTree, moved
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
+from builder.core.progress import human_bytes
 from builder.core.runner import Runner
 from builder.publish.contents import package_files
 from tests.bootc.conftest import ARCH, bootc_build
@@ -129,7 +133,38 @@ def test_the_next_release_changes_only_the_layers_whose_content_changed(
     assert update["pull_bytes"] < update["single_layer_bytes"]
     assert sorted(update["changed"]) == sorted(
         layer["index"] for layer in report2["layers"] if layer["digest"] not in digests1.values())
+    _the_delta_rebuilds_the_changed_layers(next_build, report1, report2, tmp_path)
     _the_update_report_shows_image_mode(composed_pair, next_build, update)
+
+
+def _the_delta_rebuilds_the_changed_layers(build: Path, report1: dict[str, Any],
+                                           report2: dict[str, Any], tmp_path: Path) -> None:
+    """A device that runs the first image rebuilds every changed layer of the next from the
+    oci-delta layout and its own files, each to the diff_id the image's config names, from
+    fewer bytes than the changed layers; a device whose files differ is refused."""
+    delta = report2["update"]["delta"]
+    assert (delta["from_manifest"], delta["to_manifest"]) == (report1["manifest"],
+                                                              report2["manifest"])
+    had = {layer["digest"] for layer in report1["layers"]}
+    changed = [layer for layer in report2["layers"] if layer["digest"] not in had]
+    assert [layer["to"] for layer in delta["layers"]] == [layer["digest"] for layer in changed]
+    assert delta["reused_layers"] == len(report2["layers"]) - len(changed)
+    assert delta["bytes"] < report2["update"]["pull_bytes"]
+    device = tmp_path / "device"
+    unpack_image(Layout(build / f"bootc/{IMAGE}"), report1["manifest"], device)
+    dest = build / f"bootc/{IMAGE}.{ARCH}.delta"
+    rebuilt = apply_image_delta(dest, device, tmp_path / "layers", Runner())
+    assert rebuilt == {layer["diff_id"]: layer["digest"] for layer in changed}
+    for diff_id in rebuilt:
+        data = (tmp_path / "layers" / diff_id.removeprefix("sha256:")).read_bytes()
+        assert "sha256:" + hashlib.sha256(data).hexdigest() == diff_id
+    diffed = [layer for layer in delta["layers"] if layer["sent"] == "tar-diff"]
+    assert diffed, delta["layers"]
+    for path in sorted(device.rglob("*")):
+        if path.is_file() and not path.is_symlink() and path.stat().st_size > 64:
+            path.write_bytes(path.read_bytes()[::-1])
+    with pytest.raises(BadDelta, match="rebuilds a layer with diff_id"):
+        apply_image_delta(dest, device, tmp_path / "again", Runner())
 
 
 def _the_update_report_shows_image_mode(pair: ComposedPair, build: Path,
@@ -144,6 +179,7 @@ def _the_update_report_shows_image_mode(pair: ComposedPair, build: Path,
     text = report_file.with_name("report.txt").read_text()
     assert f"image mode (bootc) from {pair.commit1[:12]}: {update['changed_layers']} of " in text
     assert "single-layer image" in text and "ostree static delta" in text
+    assert f"as a tar-diff delta {human_bytes(update['delta']['bytes'])}" in text
 
 
 def _content_by_group(build: Path, commit: str) -> dict[str, Any]:

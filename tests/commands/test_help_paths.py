@@ -39,6 +39,7 @@ def layout_paths() -> set[str]:
             layout.vm_work("SCENARIO"), layout.vm_accel, layout.lock("NAME", "ARCH"),
             layout.ostree_repo, layout.sample_gpg_home, layout.bootc_layout("NAME") / "index.json",
             layout.bootc_plan("NAME", "ARCH"), layout.bootc_report("NAME", "ARCH"),
+            layout.bootc_delta("NAME", "ARCH"),
             layout.bootc_signatures, layout.bootc_device_files}
     for name in ("NAME", "NAME-ARCH"):
         made |= {layout.blueprint(name), layout.sbom(name), layout.installer(name),

@@ -114,3 +114,14 @@ def test_image_mode_sends_the_changed_os_content_within_1_3x(result: dict[str, A
     assert "rpm:microshift-core" in mode["os_changed_layers"], mode
     assert mode["os_pull_vs_changed_gzip"] <= 1.3, mode
     assert mode["pull_bytes"] < mode["single_layer_bytes"], mode
+
+
+def test_image_mode_as_a_tar_diff_delta_costs_at_most_1_2x_the_static_delta(
+        result: dict[str, Any]) -> None:
+    """Issue 41's bound, builder side: the image-mode update as tar-diffs against the
+    previous image's files (builder/bootc/image_delta.py) is at most 1.2x ostree's static
+    delta of the same change, where the changed layers are ~70x it."""
+    mode = result["image_mode"]
+    assert mode["tar_diff_bytes"] is not None, mode
+    assert mode["tar_diff_vs_static_delta"] <= 1.2, mode
+    assert mode["tar_diff_bytes"] * 10 < mode["pull_bytes"], mode
