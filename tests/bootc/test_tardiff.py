@@ -12,6 +12,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from builder.bootc import tardiff
 from builder.core.runner import Runner
@@ -141,3 +143,36 @@ def test_a_rebuilt_layer_with_another_diff_id_is_refused_and_removed(tmp_path: P
     with pytest.raises(tardiff.BadDelta, match=f"not the image's {wanted}"):
         tardiff.rebuild_layer(delta, old, wanted, out, Runner(), what="layer 3")
     assert not out.exists()
+
+
+EDITS = st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 40), st.binary(max_size=40)),
+                 max_size=6)
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(base=st.binary(min_size=0, max_size=4000), edits=EDITS, same_path=st.booleans(),
+       extra=st.binary(max_size=300))
+def test_any_edit_of_any_file_round_trips(tmp_path_factory: pytest.TempPathFactory,
+                                          base: bytes, edits: list[tuple[int, int, bytes]],
+                                          same_path: bool, extra: bytes) -> None:
+    """Whatever the old and new contents, the rebuilt layer is the new one, byte for byte."""
+    root = tmp_path_factory.mktemp("old")
+    (root / "usr/bin").mkdir(parents=True)
+    (root / "usr/bin/old-name").write_bytes(base)
+    new = bytearray(base)
+    for offset, cut, insert in edits:
+        at = min(offset, len(new))
+        new[at:at + cut] = insert
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in ((f"usr/bin/{'old-name' if same_path else 'x/old-name'}", new),
+                           ("usr/share/extra", extra)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(bytes(data)))
+    layer = buffer.getvalue()
+    delta, _ = tardiff.make(layer, tardiff.index_sources(root), Runner())
+    out = io.BytesIO()
+    tardiff.apply(delta, root, out, Runner())
+    assert out.getvalue() == layer
