@@ -1,6 +1,7 @@
 """`rollout`: a release reaching the fleet in waves (builder/rollout/, README "Fleet
 rollouts"): start, status, advance, halt, resume; serve (the collector devices report to),
-collect (verdict files from sites with no link) and enroll (pin a device's key ahead)."""
+collect (verdict files from sites with no link), enroll (pin a device's key ahead) and
+devices (the fleet's inventory)."""
 
 from __future__ import annotations
 
@@ -29,11 +30,12 @@ def register(sub: Any) -> None:
     actions = rollout.add_subparsers(dest="rollout_action", required=True, metavar="ACTION")
 
     def action(name: str, text: str, *, signs: bool = False, db: bool = True,
-               ref: bool = True) -> argparse.ArgumentParser:
+               ref: bool = True, site: bool = True) -> argparse.ArgumentParser:
         parser = actions.add_parser(name, help=text, description=text)
-        parser.add_argument("--site", type=Path, required=True, metavar="DIR",
-                            help="the published directory (publish --to DIR, or the copy "
-                                 "given to publish --rollouts-from)")
+        if site:
+            parser.add_argument("--site", type=Path, required=True, metavar="DIR",
+                                help="the published directory (publish --to DIR, or the "
+                                     "copy given to publish --rollouts-from)")
         if db:
             parser.add_argument("--db", type=Path, default=Path("rollout.db"),
                                 help="the collector's SQLite database (default ./rollout.db; "
@@ -84,6 +86,14 @@ def register(sub: Any) -> None:
                          help="take verdicts of enrolled devices only")
     _limit_options(collect)
     collect.set_defaults(func=cmd_collect)
+    devices = action("devices", "every enrolled or reporting device: labels, booted version, "
+                                "last verdict and contact; silent ones flagged",
+                     ref=False, site=False)
+    devices.add_argument("--json", action="store_true", dest="as_json",
+                         help="print the inventory as JSON")
+    devices.add_argument("--silent-after", type=_hours, default=24.0, metavar="HOURS",
+                         help="flag a device with no verdict for longer (default 24)")
+    devices.set_defaults(func=cmd_devices)
     enroll = action("enroll", "pin a device's public key before its first verdict", ref=False)
     enroll.add_argument("machine_id", help="the device's /etc/machine-id")
     enroll.add_argument("public_key", type=Path, help="its public key (PEM: `openssl pkey "
@@ -106,6 +116,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0.1 <= value <= 3600:
         raise argparse.ArgumentTypeError(f"{text} is not between 0.1 and 3600 seconds")
+    return value
+
+
+def _hours(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not 0 < value <= 24 * 365:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and {24 * 365} hours")
     return value
 
 
@@ -165,6 +185,20 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     report = status(_site(args), _store(args), args.ref, int(time.time()))
     sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if args.as_json
                      else status_text(report) + "\n")
+    return 0
+
+
+def cmd_devices(ctx: Context, args: argparse.Namespace) -> int:
+    from builder.rollout.inventory import inventory, inventory_json, inventory_text
+
+    now, silent_after = int(time.time()), int(args.silent_after * 3600)
+    store = _store(args)
+    try:
+        found = inventory(store, now, silent_after)
+    finally:
+        store.close()
+    sys.stdout.write(inventory_json(found, silent_after) if args.as_json
+                     else inventory_text(found, now))
     return 0
 
 
