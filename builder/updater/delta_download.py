@@ -67,6 +67,9 @@ class Download:
 
     def run(self) -> Path:
         """The complete, verified file (renamed from .part); raises after the retries."""
+        done = self._complete()
+        if done is not None:
+            return done
         self._prepare()
         attempt = 0
         patience = self.limits.patience
@@ -94,6 +97,23 @@ class Download:
                 left = patience.remaining()
                 time.sleep(max(0.0, min(delay, left)) if left is not None else delay)
         return self._verified()
+
+    def complete(self) -> bool:
+        """Whether a previous run left the whole file (verified, then held by the apply
+        window): it is not downloaded again."""
+        final = self.staging / self.delta.file
+        return final.is_file() and final.stat().st_size == self.delta.size
+
+    def _complete(self) -> Path | None:
+        if not self.complete():
+            return None
+        final = self.staging / self.delta.file
+        if _sha256(final) != self.delta.sha256:
+            final.unlink()
+            return None
+        self.transfer.resumed_from = self.delta.size
+        self.report(self.delta.size, self.delta.size)
+        return final
 
     def _prepare(self) -> None:
         self.staging.mkdir(parents=True, exist_ok=True)
@@ -190,20 +210,25 @@ class Download:
 
     def _verified(self) -> Path:
         size = self.part.stat().st_size
-        digest = hashlib.sha256()
-        with self.part.open("rb") as handle:
-            for block in iter(lambda: handle.read(1024 * 1024), b""):
-                digest.update(block)
-        if size != self.delta.size or digest.hexdigest() != self.delta.sha256:
+        digest = _sha256(self.part)
+        if size != self.delta.size or digest != self.delta.sha256:
             self.part.unlink()
             raise UpdateRefused(f"{self.delta.file}: {size} bytes with sha256 "
-                                f"{digest.hexdigest()[:16]}..., the signed index says "
+                                f"{digest[:16]}..., the signed index says "
                                 f"{self.delta.size} bytes with {self.delta.sha256[:16]}...",
                                 hint="the staged copy was removed; the next run downloads "
                                      "it again")
         final = self.staging / self.delta.file
         os.replace(self.part, final)
         return final
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1024 * 1024), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _sync(handle: object) -> None:

@@ -41,6 +41,7 @@ from builder.updater.state import DamagedState, write_atomic
 from builder.updater.status import STATE_DIR, Status, StatusFile
 from builder.updater.system import Booted, System
 from builder.updater.update_config import UpdateConfig
+from builder.updater.windows import Window, closed
 
 STAGING = STATE_DIR / "staging"
 ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
@@ -49,6 +50,14 @@ ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
 # after the rollback must still know what it staged, or it stages it again: a reboot loop.
 STAGED = "staged"
 FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
+
+
+class Held(Exception):
+    """An update.yaml window is closed: the run stops here and says until when."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Run:
@@ -123,12 +132,18 @@ class Run:
                                   or self._held(booted, index.to_commit)):
             return
         self.fleet.event("offered")
-        commit = self._fetch(index, booted, remote, keyrings)
-        if index is None and self._nothing_new(booted, commit, None):
-            return  # the summary's commit runs, was rolled back, or is staged: pulled again
-        self.fleet.event("downloaded")
-        if not self.config.allow_downgrade:
-            apply.check_not_older(self.system, booted, commit)
+        try:
+            commit = self._fetch(index, booted, remote, keyrings)
+            if index is None and self._nothing_new(booted, commit, None):
+                return  # the summary's commit runs, was rolled back, or is staged: pulled again
+            self.fleet.event("downloaded")
+            if not self.config.allow_downgrade:
+                apply.check_not_older(self.system, booted, commit)
+            self._gate("apply", self.config.apply_window)
+        except Held as held:
+            self._set("held", held.reason, target=index.to_commit if index else "")
+            self.log(f"held: {held.reason}")
+            return
         apply.stage(self.system, booted, remote, commit, self.log)
         write_atomic(self._state_file(STAGED), commit + "\n")
         shutil.rmtree(self.system.root / STAGING, ignore_errors=True)
@@ -162,6 +177,12 @@ class Run:
             return False
         self.log(self.status.detail)
         return True
+
+    def _gate(self, what: str, window: Window | None) -> None:
+        """Go on only inside the update.yaml window for this work (download or apply)."""
+        reason = closed(window, what, self.config.now())
+        if reason is not None:
+            raise Held(reason)
 
     def _held(self, booted: Booted, target: str) -> bool:
         """The statement's rollout keeps this device where it is for now: nothing is
@@ -281,6 +302,7 @@ class Run:
                                 f"{self.config.staging_max_bytes}",
                                 hint="raise staging_max_bytes in /etc/microshift/update.yaml")
         if delta is None:
+            self._gate("download", self.config.download_window)
             self.method = "pull"
             self._set("downloading", f"ostree pull {remote}:{booted.ref}", method="pull",
                       target=index.to_commit if index else "")
@@ -294,6 +316,7 @@ class Run:
             return pulled
         self.method, self.delta = "delta-file", delta
         staged = self._download(index, delta, remote, booted)
+        self._gate("apply", self.config.apply_window)
         self._set("applying", f"{delta.file}")
         self.log(f"applying {delta.file} offline")
         apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings,
@@ -319,6 +342,8 @@ class Run:
         limits = Limits(config.max_bytes_per_second, config.retries,
                         float(config.retry_delay_seconds), self.patience)
         download = Download(staging, url, delta, limits, self._progress)
+        if not download.complete():
+            self._gate("download", config.download_window)
         self.transfer = download.transfer
         started = time.monotonic()
         self.log(f"downloading {url} ({delta.size} bytes"
@@ -348,12 +373,13 @@ class Run:
         if pending is None or pending == booted.checksum:
             self.log(f"no reboot: the next deployment is the booted {booted.checksum[:12]}")
             return
-        now = time.localtime()
-        minute = now.tm_hour * 60 + now.tm_min
-        window = config.maintenance_window
-        if window is not None and not window.contains(minute):
-            self.log(f"the reboot waits for the maintenance window {window.text()}")
-            return
+        now = config.now()
+        for what, window in (("maintenance", config.maintenance_window),
+                             ("apply", config.apply_window)):
+            reason = closed(window, what, now)
+            if reason is not None:
+                self.log(f"the reboot waits: {reason}")
+                return
         self.log("rebooting into the staged deployment")
         self.rebooted = True
         self.system.runner.run(["systemctl", "reboot"])

@@ -8,15 +8,26 @@ differential property test holds the two to one meaning.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.core.schema import Fields, load_yaml
 from builder.updater.fetch import Patience
+from builder.updater.windows import (
+    WINDOW_ALLOWED,
+    WINDOW_RE,
+    ZONE_RE,
+    Window,
+    parse_window,
+)
+
+__all__ = ["WINDOW_RE", "UpdateConfig", "Window", "load_update_config", "parse_update_config",
+           "parse_window"]
+WINDOWS = ("maintenance_window", "download_window", "apply_window")
 
 CONFIG_PATH = Path("etc/microshift/update.yaml")
-WINDOW_RE = re.compile(r"^([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]):([0-5][0-9])$")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 # updates_url may also be a directory: a USB stick with the published updates/ on it.
@@ -37,23 +48,6 @@ LIMITS = {  # key: (default, minimum, maximum, allowed text)
 
 
 @dataclass(frozen=True)
-class Window:
-    """A daily time window in the device's local time; it may wrap past midnight."""
-
-    start: int  # minutes after midnight
-    end: int
-
-    def contains(self, minute: int) -> bool:
-        if self.start <= self.end:
-            return self.start <= minute < self.end
-        return minute >= self.start or minute < self.end
-
-    def text(self) -> str:
-        return (f"{self.start // 60:02d}:{self.start % 60:02d}-"
-                f"{self.end // 60:02d}:{self.end % 60:02d}")
-
-
-@dataclass(frozen=True)
 class UpdateConfig:
     remote: str = ""          # "": the remote of the booted deployment's origin
     updates_url: str = ""     # "": the remote's URL with its last segment replaced by updates
@@ -65,10 +59,20 @@ class UpdateConfig:
     low_speed_bytes_per_second: int = 1000
     run_deadline_seconds: int = 4 * 3600
     reboot: bool = False
-    maintenance_window: Window | None = None
+    maintenance_window: Window | None = None   # reboots only inside it
+    download_window: Window | None = None      # delta files and pulls only inside it
+    apply_window: Window | None = None         # staging and reboots only inside it
+    time_zone: str = ""       # the windows' zone ("": the device's local time)
     allow_downgrade: bool = False
     collector_url: str = ""   # where verdicts are POSTed ("": left in the outbox)
     labels: tuple[tuple[str, str], ...] = ()   # matched by rollout waves with labels
+
+    def now(self) -> dt.datetime:
+        """The time the windows are read in."""
+        if self.time_zone:
+            from zoneinfo import ZoneInfo
+            return dt.datetime.now(ZoneInfo(self.time_zone))
+        return dt.datetime.now().astimezone()
 
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
@@ -104,18 +108,18 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
     labels = _labels(top)
     numbers = {key: _number(top, key) for key in LIMITS}
     reboot = top.get("reboot", bool, False)
-    window_text = top.get("maintenance_window", str, "")
-    top.check("maintenance_window", window_text, lambda w: w == "" or WINDOW_RE.match(w),
-              "HH:MM-HH:MM (24-hour local time, e.g. 02:00-04:30; may wrap past midnight)")
-    window = parse_window(window_text) if window_text else None
-    if window is not None and window.start == window.end:
-        raise top.error("maintenance_window", f"{window_text!r} is empty; allowed: a window "
-                        "whose start and end differ")
+    maintenance, download, apply = (_window(top, key) for key in WINDOWS)
+    zone = top.get("time_zone", str, "")
+    top.check("time_zone", zone, lambda z: z == "" or (ZONE_RE.match(z) and known_zone(z)),
+              "a time zone of the tz database (e.g. Europe/Madrid, UTC), or empty for the "
+              "device's local time")
     downgrade = top.get("allow_downgrade", bool, False)
     top.close()
     return UpdateConfig(remote=remote, updates_url=url.rstrip("/") + "/" if url else "",
-                        reboot=reboot, maintenance_window=window, allow_downgrade=downgrade,
-                        collector_url=collector, labels=labels, **numbers)
+                        reboot=reboot, allow_downgrade=downgrade, time_zone=zone,
+                        maintenance_window=maintenance, download_window=download,
+                        apply_window=apply, collector_url=collector, labels=labels,
+                        **numbers)
 
 
 def _labels(top: Fields) -> tuple[tuple[str, str], ...]:
@@ -134,9 +138,22 @@ def _number(top: Fields, key: str) -> int:
     return top.check(key, value, lambda v: low <= v <= high, f"{allowed} (at most {high})")
 
 
-def parse_window(text: str) -> Window:
-    match = WINDOW_RE.match(text)
-    if match is None:
-        raise ValueError(text)
-    hours = tuple(int(g) for g in match.groups())
-    return Window(hours[0] * 60 + hours[1], hours[2] * 60 + hours[3])
+def _window(top: Fields, key: str) -> Window | None:
+    text = top.get(key, str, "")
+    top.check(key, text, lambda w: w == "" or WINDOW_RE.match(w), WINDOW_ALLOWED)
+    window = parse_window(text) if text else None
+    if window is not None and window.start == window.end:
+        raise top.error(key, f"{text!r} is empty; allowed: a window whose start and end "
+                             "differ")
+    return window
+
+
+def known_zone(name: str) -> bool:
+    """Whether the system's tz database (or the tzdata package) has the zone."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True

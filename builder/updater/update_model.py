@@ -19,9 +19,10 @@ from builder.updater.update_config import (
     NAME_RE,
     UPDATES_URL_RE,
     URL_RE,
-    WINDOW_RE,
-    parse_window,
+    WINDOWS,
+    known_zone,
 )
+from builder.updater.windows import WINDOW_ALLOWED, WINDOW_RE, ZONE_RE, parse_window
 
 Label = Annotated[str, StringConstraints(pattern=LABEL_RE.pattern)]
 
@@ -50,8 +51,14 @@ class UpdateDocument(Model):
     run_deadline_seconds: int = _limit("run_deadline_seconds")
     reboot: bool = False
     maintenance_window: str = Field("", pattern=f"{WINDOW_RE.pattern}|^$", description=(
-        "HH:MM-HH:MM in local time (may wrap past midnight), start and end differ; empty: "
-        "no window"))
+        f"reboots only inside it: {WINDOW_ALLOWED}; empty: any time"))
+    download_window: str = Field("", pattern=f"{WINDOW_RE.pattern}|^$", description=(
+        f"delta files and pulls only inside it: {WINDOW_ALLOWED}; empty: any time"))
+    apply_window: str = Field("", pattern=f"{WINDOW_RE.pattern}|^$", description=(
+        f"staging and reboots only inside it: {WINDOW_ALLOWED}; empty: any time"))
+    time_zone: str = Field("", pattern=f"{ZONE_RE.pattern}|^$", description=(
+        "the zone the windows are in (tz database name, e.g. Europe/Madrid); empty: the "
+        "device's local time"))
     allow_downgrade: bool = False
     collector_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
         "where the device POSTs its signed rollout verdicts; empty: they wait in "
@@ -62,8 +69,11 @@ class UpdateDocument(Model):
 
     @model_validator(mode="after")
     def _window(self) -> UpdateDocument:
-        text = self.maintenance_window
-        if text and parse_window(text).start == parse_window(text).end:
-            raise refuse(f"{text!r} is empty; allowed: a window whose start and end differ",
-                         at="maintenance_window")
+        for key in WINDOWS:
+            text = getattr(self, key)
+            if text and parse_window(text).start == parse_window(text).end:
+                raise refuse(f"{text!r} is empty; allowed: a window whose start and end "
+                             "differ", at=key)
+        if self.time_zone and not known_zone(self.time_zone):
+            raise refuse(f"{self.time_zone!r} is not in the tz database", at="time_zone")
         return self
