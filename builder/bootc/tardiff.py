@@ -166,7 +166,7 @@ def make(new_tar: bytes, sources: Sources, runner: Runner, *, threads: int = 1,
     done = 0
     with tarfile.open(fileobj=io.BytesIO(new_tar), mode="r:") as tar:
         for member in tar:
-            if not member.isreg() or member.size < SMALL:
+            if not member.isreg() or member.issparse() or member.size < SMALL:
                 continue
             ops.data(view[done:member.offset_data])
             stats.literal += member.offset_data - done
