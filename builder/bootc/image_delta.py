@@ -23,6 +23,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -38,6 +39,7 @@ from builder.core.runner import Runner
 ARTIFACT = "application/vnd.io.github.containers.oci-delta.v1"
 EMPTY = "application/vnd.oci.empty.v1+json"
 PREFIX = "io.github.containers.delta."
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def write_image_delta(layout: Layout, old_manifest: str, new_manifest: str, dest: Path,
@@ -143,27 +145,30 @@ def _delta_manifest(out: Layout, entries: list[dict[str, Any]], subject: dict[st
     return manifest
 
 
-def apply_image_delta(delta: Path, old_root: Path, out: Path, runner: Runner
-                      ) -> dict[str, str]:
+def apply_image_delta(delta: Path, old_root: Path, out: Path, runner: Runner, *,
+                      expected_manifest: str | None = None) -> dict[str, str]:
     """What a device does with a delta: rebuild each carried layer (uncompressed, named by
     its diff_id) into `out` from the files of the image it runs, each checked against the
-    diff_id the delta's image config names; the layer digests rebuilt, by diff_id."""
+    diff_id the delta's image config names; the layer digests rebuilt, by diff_id. Every
+    blob must hash to its digest; `expected_manifest` is the signed image the device was
+    told to take, which the delta's embedded manifest must be."""
     layout = Layout(delta)
     index = layout.index().get("manifests", [])
     if len(index) != 1 or index[0].get("artifactType") != ARTIFACT:
         raise tardiff.BadDelta(f"{delta}: not an oci-delta layout (one manifest of "
                                f"artifactType {ARTIFACT})")
-    manifest = layout.read_json(index[0]["digest"])
+    manifest = _json(layout, index[0], delta)
     parts = {entry.get("annotations", {}).get(PREFIX + "content"): entry
-             for entry in manifest.get("layers", [])
-             if entry.get("annotations", {}).get(PREFIX + "content") != "image-layer"}
-    image = layout.read_json(parts["image-manifest"]["digest"])
-    config = layout.read_json(parts["image-config"]["digest"])
-    layers, ids = image.get("layers", []), config.get("rootfs", {}).get("diff_ids", [])
-    if len(layers) != len(ids):
-        raise tardiff.BadDelta(f"{delta}: the image has {len(layers)} layers but its config "
-                               f"{len(ids)} diff_ids")
-    diff_ids = dict(zip((layer["digest"] for layer in layers), ids, strict=True))
+             for entry in manifest.get("layers", []) if isinstance(entry, dict)}
+    if "image-manifest" not in parts or "image-config" not in parts:
+        raise tardiff.BadDelta(f"{delta}: no embedded image manifest and config")
+    if expected_manifest and parts["image-manifest"].get("digest") != expected_manifest:
+        raise tardiff.BadDelta(f"{delta}: carries image {parts['image-manifest'].get('digest')}"
+                               f", not the signed {expected_manifest}")
+    image = _json(layout, parts["image-manifest"], delta)
+    if image.get("config", {}).get("digest") != parts["image-config"].get("digest"):
+        raise tardiff.BadDelta(f"{delta}: the embedded config is not the image manifest's")
+    diff_ids = _diff_ids(image, _json(layout, parts["image-config"], delta), delta)
     out.mkdir(parents=True, exist_ok=True)
     rebuilt: dict[str, str] = {}
     for entry in manifest["layers"]:
@@ -172,17 +177,56 @@ def apply_image_delta(delta: Path, old_root: Path, out: Path, runner: Runner
             continue
         to = annotations.get(PREFIX + "to", "")
         if to not in diff_ids:
-            raise tardiff.BadDelta(f"{delta}: a layer for {to[:19]!r}, which the image's "
+            raise tardiff.BadDelta(f"{delta}: a layer for {str(to)[:19]!r}, which the image's "
                                    "manifest does not have")
-        data = layout.blob_path(entry["digest"]).read_bytes()
+        data = _blob(layout, entry, delta)
         target = out / diff_ids[to].removeprefix("sha256:")
-        if entry["mediaType"] == tardiff.MEDIA_TYPE:
+        if entry.get("mediaType") == tardiff.MEDIA_TYPE:
             tardiff.rebuild_layer(data, old_root, diff_ids[to], target, runner,
                                   what=f"{delta}: tar-diff to {to[:19]}")
         else:
             _check_whole(data, to, diff_ids[to], target, delta)
         rebuilt[diff_ids[to]] = to
     return rebuilt
+
+
+def _diff_ids(image: dict[str, Any], config: dict[str, Any], delta: Path) -> dict[str, str]:
+    """The image's layer digests to their diff_ids, each a sha256 digest."""
+    layers, ids = image.get("layers", []), config.get("rootfs", {}).get("diff_ids", [])
+    if not isinstance(layers, list) or not isinstance(ids, list) or len(layers) != len(ids):
+        raise tardiff.BadDelta(f"{delta}: the image's layers and its config's diff_ids do "
+                               "not pair up")
+    digests = [layer.get("digest") if isinstance(layer, dict) else None for layer in layers]
+    if not all(isinstance(d, str) and DIGEST.match(d) for d in [*digests, *ids]):
+        raise tardiff.BadDelta(f"{delta}: a layer digest or diff_id is not sha256:<64 hex>")
+    return dict(zip(digests, ids, strict=True))  # type: ignore[arg-type]
+
+
+def _blob(layout: Layout, descriptor: dict[str, Any], delta: Path) -> bytes:
+    """A blob of the delta, refused unless it is there and hashes to its digest."""
+    digest = descriptor.get("digest")
+    if not isinstance(digest, str) or not DIGEST.match(digest):
+        raise tardiff.BadDelta(f"{delta}: blob digest {str(digest)[:80]!r} is not "
+                               "sha256:<64 hex>")
+    path = layout.blob_path(digest)
+    if not path.is_file():
+        raise tardiff.BadDelta(f"{delta}: blob {digest[:19]} is missing")
+    data = path.read_bytes()
+    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
+        raise tardiff.BadDelta(f"{delta}: blob {digest[:19]} does not hash to its digest")
+    return data
+
+
+def _json(layout: Layout, descriptor: dict[str, Any], delta: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(_blob(layout, descriptor, delta))
+    except ValueError as exc:
+        raise tardiff.BadDelta(f"{delta}: blob {descriptor.get('digest')} is not JSON "
+                               f"({exc})") from None
+    if not isinstance(value, dict):
+        raise tardiff.BadDelta(f"{delta}: blob {descriptor.get('digest')} is not a JSON "
+                               "object")
+    return value
 
 
 def _check_whole(data: bytes, digest: str, diff_id: str, target: Path, delta: Path) -> None:

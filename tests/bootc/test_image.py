@@ -153,7 +153,8 @@ def _the_delta_rebuilds_the_changed_layers(build: Path, report1: dict[str, Any],
     device = tmp_path / "device"
     unpack_image(Layout(build / f"bootc/{IMAGE}"), report1["manifest"], device)
     dest = build / f"bootc/{IMAGE}.{ARCH}.delta"
-    rebuilt = apply_image_delta(dest, device, tmp_path / "layers", Runner())
+    rebuilt = apply_image_delta(dest, device, tmp_path / "layers", Runner(),
+                                expected_manifest=report2["manifest"])
     assert rebuilt == {layer["diff_id"]: layer["digest"] for layer in changed}
     for diff_id in rebuilt:
         data = (tmp_path / "layers" / diff_id.removeprefix("sha256:")).read_bytes()
