@@ -357,8 +357,12 @@ def open_source(root: Path, name: str, what: str) -> BinaryIO:
 def rebuild_layer(delta: bytes, root: Path, diff_id: str, out: Path, runner: Runner, *,
                   what: str) -> int:
     """Apply `delta` into `out` and check it is the layer named by `diff_id`."""
-    with out.open("wb") as handle:
-        size, digest = apply(delta, root, handle, runner, what=what)
+    try:
+        with out.open("wb") as handle:
+            size, digest = apply(delta, root, handle, runner, what=what)
+    except BaseException:
+        out.unlink(missing_ok=True)   # nothing half-written stays
+        raise
     if digest != diff_id:
         out.unlink()
         raise BadDelta(f"{what}: rebuilds a layer with diff_id {digest}, not the image's "

@@ -197,3 +197,13 @@ def test_a_sparse_member_goes_as_it_is_stored(tmp_path: Path) -> None:
     out = io.BytesIO()
     tardiff.apply(delta, old, out, Runner())
     assert out.getvalue() == layer and stats.files["copied"] == 1
+
+
+def test_a_delta_that_fails_halfway_leaves_no_partial_layer(tmp_path: Path) -> None:
+    (tmp_path / "source").write_bytes(b"0123456789")
+    ops = _op(tardiff.DATA, 5, b"hello") + _op(tardiff.OPEN, 6, b"source") + _op(tardiff.COPY, 99)
+    out = tmp_path / "layer.tar"
+    with pytest.raises(tardiff.BadDelta, match="reads past the end of source"):
+        tardiff.rebuild_layer(_delta_of(ops), tmp_path, "sha256:" + "0" * 64, out, Runner(),
+                              what="layer 1")
+    assert not out.exists()
