@@ -176,8 +176,10 @@ def _delta(ctx: Context, build: _Build, previous: str | None,
     """The update from the previous build's image as tar-diffs against its files, when the
     layout still holds that image (builder/bootc/image_delta.py)."""
     dest = ctx.layout.bootc_delta(build.target.image, build.target.arch)
-    if previous is None or previous == manifest.digest or \
-            not build.layout.blob_path(previous).is_file():
+    if previous is None or previous == manifest.digest or not _whole(build.layout, previous):
+        if previous is not None and previous != manifest.digest:
+            ctx.progress.info(f"no image delta: {build.layout.root} no longer holds every "
+                              f"blob of the previous image {previous[:19]}")
         shutil.rmtree(dest, ignore_errors=True)
         return None
     with ctx.progress.step(f"image delta from {previous[:19]}"):
@@ -187,6 +189,15 @@ def _delta(ctx: Context, build: _Build, previous: str | None,
             ctx.progress.info(f"{layer['to'][:19]}: {layer['layer_bytes']} bytes gzip'ed, "
                               f"tar-diff {layer['tar_diff_bytes']}: sends the {layer['sent']}")
     return delta
+
+
+def _whole(layout: Layout, manifest: str) -> bool:
+    """Whether the layout still has the image: its manifest, config and every layer."""
+    if not layout.blob_path(manifest).is_file():
+        return False
+    document = layout.read_json(manifest)
+    digests = [document["config"]["digest"], *(layer["digest"] for layer in document["layers"])]
+    return all(layout.blob_path(digest).is_file() for digest in digests)
 
 
 def _podman_files(ctx: Context, target: ImageTarget) -> None:

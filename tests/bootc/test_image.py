@@ -218,3 +218,20 @@ def test_the_podman_files_follow_the_image(first: tuple[Path, dict[str, Any]]) -
     with pytest.raises(BuildError, match=r"customizations\.services is not a key "
                                          r"bootc-image-builder reads"):
         check_bib_config("[customizations.services]\nenabled = ['x']\n", "config.toml")
+
+
+def test_without_the_whole_previous_image_no_delta_is_made(
+        composed_pair: ComposedPair, first: tuple[Path, dict[str, Any]],
+        tmp_path: Path) -> None:
+    """A layout pruned of a blob of the previous image: the build goes on, without a delta
+    it could not make, and says why."""
+    build, report1 = first
+    next_build = copy_build(build, tmp_path / "next")
+    # microshift-core's layer changes with every release: the next build does not write
+    # it again.
+    [core] = [layer for layer in report1["layers"] if "rpm:microshift-core" in layer["groups"]]
+    Layout(next_build / f"bootc/{IMAGE}").blob_path(core["digest"]).unlink()
+    report2 = bootc_build(composed_pair, next_build, composed_pair.commit2,
+                          composed_pair.release2)
+    assert report2["update"]["delta"] is None and report2["update"]["pull_bytes"] > 0
+    assert not (next_build / f"bootc/{IMAGE}.{ARCH}.delta").exists()
