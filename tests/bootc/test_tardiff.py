@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(autouse=True)
 def _zstd() -> None:
-    requires.need_tools("zstd")
+    requires.need_tools("zstd", "tar")
 
 RNG = random.Random(7)
 BINARY = RNG.randbytes(400_000)
