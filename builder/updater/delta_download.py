@@ -64,12 +64,14 @@ class Download:
         self.report = report  # (bytes staged, bytes total): progress for the status file
         self.part = staging / (delta.file + ".part")
         self.transfer = Transfer()
+        self._complete: bool | None = None   # complete()'s answer, once asked
 
     def run(self) -> Path:
         """The complete, verified file (renamed from .part); raises after the retries."""
-        done = self._complete()
-        if done is not None:
-            return done
+        if self.complete():
+            self.transfer.resumed_from = self.delta.size
+            self.report(self.delta.size, self.delta.size)
+            return self.staging / self.delta.file
         self._prepare()
         attempt = 0
         patience = self.limits.patience
@@ -100,20 +102,16 @@ class Download:
 
     def complete(self) -> bool:
         """Whether a previous run left the whole file (verified, then held by the apply
-        window): it is not downloaded again."""
-        final = self.staging / self.delta.file
-        return final.is_file() and final.stat().st_size == self.delta.size
-
-    def _complete(self) -> Path | None:
-        if not self.complete():
-            return None
-        final = self.staging / self.delta.file
-        if _sha256(final) != self.delta.sha256:
-            final.unlink()
-            return None
-        self.transfer.resumed_from = self.delta.size
-        self.report(self.delta.size, self.delta.size)
-        return final
+        window): it is not downloaded again. A whole-sized file that does not verify is
+        removed, so the caller's decision (wait for the download window or not) and run()
+        agree. Checked once: the file is hashed at most once per Download."""
+        if self._complete is None:
+            final = self.staging / self.delta.file
+            whole = final.is_file() and final.stat().st_size == self.delta.size
+            self._complete = whole and _sha256(final) == self.delta.sha256
+            if whole and not self._complete:
+                final.unlink()
+        return self._complete
 
     def _prepare(self) -> None:
         self.staging.mkdir(parents=True, exist_ok=True)

@@ -319,3 +319,25 @@ def test_an_answer_that_is_neither_whole_nor_partial_is_refused(site: Path) -> N
                  lambda done, total: None).run()
     assert str(caught.value) == (f"GET {url}: HTTP 204 No Content (hint: the file the signed "
                                  "index names is not served; the next run asks again)")
+
+
+def test_a_whole_file_left_staged_is_used_once_verified_and_removed_when_not(
+        site: Path) -> None:
+    """A run held by the apply window leaves the whole file; the next run takes it without
+    a request. A whole-sized file with other bytes is not complete: it is removed, so the
+    caller does not skip the download window for it, and it is fetched again."""
+    delta = _delta(site)
+    staging = site / "staging"
+    staging.mkdir()
+    original = (site / "updates" / NAME).read_bytes()
+    (staging / NAME).write_bytes(original)
+    with _server(site) as server:
+        download = _download(site, server, delta)
+        assert download.complete() and download.run() == staging / NAME
+        assert download.transfer.requests == 0 and server.stats.body_bytes == 0
+    (staging / NAME).write_bytes(original[:-1] + bytes([original[-1] ^ 1]))
+    with _server(site) as server:
+        download = _download(site, server, delta)
+        assert not download.complete() and not (staging / NAME).exists()
+        assert download.run().read_bytes() == original
+        assert server.stats.body_bytes == SIZE
