@@ -90,7 +90,7 @@ def unpack_image(layout: Layout, manifest: str, root: Path) -> None:
     """The regular files of an image, as a device that runs it has them."""
     for layer in layout.read_json(manifest)["layers"]:
         for info, data in layout.members(layer["digest"]):
-            name = "/".join(p for p in info.name.split("/") if p not in ("", "."))
+            name = tardiff.clean_path(info.name)
             if data is None or ".." in name.split("/") or not name:
                 continue
             path = root / name
@@ -123,7 +123,7 @@ def _layer(layout: Layout, out: Layout, layer: dict[str, Any], diff_id: str, *,
         blob = out.put(delta)
         record["sent"] = "tar-diff"
         return blob.descriptor(tardiff.MEDIA_TYPE, annotations=annotations), record
-    blob = Blob(out.put(stored).digest, len(stored))
+    blob = out.put(stored)
     record["sent"] = "layer"
     return blob.descriptor(LAYER, annotations=annotations), record
 
@@ -184,6 +184,8 @@ def apply_image_delta(delta: Path, old_root: Path, out: Path, runner: Runner, *,
         if entry.get("mediaType") == tardiff.MEDIA_TYPE:
             tardiff.rebuild_layer(data, old_root, diff_ids[to], target, runner,
                                   what=f"{delta}: tar-diff to {to[:19]}")
+        elif entry["digest"] != to:   # _blob checked that the data hashes to entry's digest
+            raise tardiff.BadDelta(f"{delta}: the layer carried for {to[:19]} has other bytes")
         else:
             _check_whole(data, to, diff_ids[to], target, delta)
         rebuilt[diff_ids[to]] = to
@@ -230,8 +232,8 @@ def _json(layout: Layout, descriptor: dict[str, Any], delta: Path) -> dict[str, 
 
 
 def _check_whole(data: bytes, digest: str, diff_id: str, target: Path, delta: Path) -> None:
-    if "sha256:" + hashlib.sha256(data).hexdigest() != digest:
-        raise tardiff.BadDelta(f"{delta}: the layer carried for {digest[:19]} has other bytes")
+    """A layer carried whole (its bytes are the layer's: checked by digest): it must unpack
+    to the layer's diff_id."""
     plain = gzip.decompress(data)
     if "sha256:" + hashlib.sha256(plain).hexdigest() != diff_id:
         raise tardiff.BadDelta(f"{delta}: layer {digest[:19]} is not diff_id {diff_id}")

@@ -171,7 +171,7 @@ def make(new_tar: bytes, sources: Sources, runner: Runner, *, threads: int = 1,
             ops.data(view[done:member.offset_data])
             stats.literal += member.offset_data - done
             end = member.offset_data + member.size
-            _file(ops, view[member.offset_data:end], _clean(member.name), sources, stats,
+            _file(ops, view[member.offset_data:end], clean_path(member.name), sources, stats,
                   threads=threads)
             done = end
     ops.data(view[done:])
@@ -226,7 +226,8 @@ def _offtin(raw: memoryview) -> int:
     return -magnitude if raw[7] & 0x80 else magnitude
 
 
-def _clean(name: str) -> str:
+def clean_path(name: str) -> str:
+    """A tar member's name as a path in the image: no leading `./` or `/`, no empty parts."""
     return "/".join(part for part in name.split("/") if part not in ("", "."))
 
 
