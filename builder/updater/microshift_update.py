@@ -43,7 +43,7 @@ from builder.updater.apply import tool_reason
 from builder.updater.freshness import ACCEPTED, AcceptedFile
 from builder.updater.outcome import OutcomeFile
 from builder.updater.processes import ChildRunner
-from builder.updater.run import ROLLED_BACK, STAGED, Run, read_rolled_back, read_staged
+from builder.updater.run import ROLLED_BACK, STAGED, Run, read_commits, read_staged
 from builder.updater.state import (
     FLAG,
     Busy,
@@ -131,7 +131,7 @@ def reset_state(root: Path) -> int:
     readers: list[tuple[Path, Callable[[], Any]]] = [
         (state / STATUS, StatusFile(state / STATUS).read),
         (state / ACCEPTED, AcceptedFile(state / ACCEPTED).read_all),
-        (state / ROLLED_BACK, lambda: read_rolled_back(state / ROLLED_BACK)),
+        (state / ROLLED_BACK, lambda: read_commits(state / ROLLED_BACK)),
         (state / STAGED, lambda: read_staged(state / STAGED)),
         (state / "outcome.json", OutcomeFile(state).read)]
     for path, read in readers:

@@ -219,7 +219,7 @@ class Run:
                  f"{booted.checksum[:12]}: greenboot rolled it back")
 
     def _rolled_back(self) -> list[str]:
-        return read_rolled_back(self._state_file(ROLLED_BACK))
+        return read_commits(self._state_file(ROLLED_BACK))
 
     def _state_file(self, name: str) -> Path:
         return self.status_file.path.parent / name
@@ -385,9 +385,8 @@ class Run:
         self.system.runner.run(["systemctl", "reboot"])
 
 
-def read_rolled_back(path: Path) -> list[str]:
-    """The commits greenboot rolled back on this device (or another list of commits), one
-    checksum a line."""
+def read_commits(path: Path) -> list[str]:
+    """A state file of commit checksums, one a line (`rolled-back`, `staged`)."""
     try:
         words = path.read_text().split()
     except FileNotFoundError:
@@ -412,7 +411,7 @@ def _check_space(staging: Path, delta: DeltaFile) -> None:
 
 def read_staged(path: Path) -> str | None:
     """The commit this updater last staged, or None when it has staged none."""
-    words = read_rolled_back(path)
+    words = read_commits(path)
     if len(words) > 1:
         raise DamagedState(path, "more than one commit checksum")
     return words[0] if words else None
