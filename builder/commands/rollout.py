@@ -77,6 +77,12 @@ def register(sub: Any) -> None:
                             "(default 10)")
     serve.add_argument("--request-timeout", type=_seconds, default=30.0, metavar="SECONDS",
                        help="drop a client whose request is not whole by then (default 30)")
+    serve.add_argument("--admin-token-file", type=Path, metavar="FILE",
+                       help="the console's actions (advance, halt, resume) need this token "
+                            "(a private file; without it the console is read-only)")
+    serve.add_argument("--viewer-token-file", type=Path, metavar="FILE",
+                       help="the console's read-only pages need this token (or the admin's); "
+                            "without it they are open to whoever reaches --listen")
     serve.set_defaults(func=cmd_serve)
     collect = action("collect", "take verdict files (a site's outbox on a USB stick)",
                      signs=True, ref=False)
@@ -248,14 +254,25 @@ def _collector(ctx: Context, args: argparse.Namespace, limits: Limits) -> Any:
 
 def cmd_serve(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.collector import Limits, serve
+    from builder.rollout.console import Console, read_token
 
     host, sep, port = args.listen.rpartition(":")
     if not sep or not port.isdigit() or not host or int(port) > 65535:
         raise InputError("command line", "--listen", f"{args.listen!r} is not HOST:PORT")
+    tokens = [None if path is None else read_token(path, option) for path, option in
+              ((args.admin_token_file, "--admin-token-file"),
+               (args.viewer_token_file, "--viewer-token-file"))]
     collector = _collector(ctx, args, Limits(args.header_timeout, args.request_timeout,
                                              args.max_verdicts_per_device))
-    serve(collector, host, int(port),
-          lambda url: ctx.progress.info(f"collector listening on {url}", url=url))
+    console = Console(collector.site, collector.store, collector.signer, admin_token=tokens[0],
+                      viewer_token=tokens[1], log=ctx.progress.info)
+
+    def ready(url: str) -> None:
+        page = url.removesuffix("/verdicts") + "/console/"
+        ctx.progress.info(f"collector listening on {url}; console on {page}", url=url,
+                          console=page)
+
+    serve(collector, host, int(port), ready, console)
     return 0
 
 

@@ -4,6 +4,7 @@
                       identical resend, 4xx refused (builder/rollout/verdict_check.py), counted
     GET  /status      `rollout status --json` of every ref with a rollout
     GET  /healthz     200 while the collector runs
+    /console/, /api/  the fleet console (builder/rollout/console.py)
 
 An aiohttp application; each verdict is checked and recorded in one SQLite transaction
 that commits before the answer (builder/rollout/store.py). Every connection serves one
@@ -33,7 +34,9 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, ClientError, web
 
 from builder.core.errors import BuildError
+from builder.rollout import history
 from builder.rollout.admin import Signer, Site, halt_if_over, status
+from builder.rollout.console import Console
 from builder.rollout.guard import guarded
 from builder.rollout.store import MAX_VERDICTS, Store
 from builder.rollout.verdict_check import Refused, Verdict, check
@@ -75,6 +78,9 @@ class Collector:
             reason = halt_if_over(self.site, self.store, self.signer, verdict)
             if reason:
                 self.log(f"halted rollout {verdict.rollout}: {reason}")
+                history.record_action(self.store.db, when=int(time.time()), ref=verdict.ref,
+                                      rollout=verdict.rollout, action="halt", outcome="done",
+                                      detail=reason, source="collector")
                 answer["halted"] = reason
         return (201 if new else 200), answer
 
@@ -110,7 +116,7 @@ class Collector:
         return tally, problems
 
 
-def make_app(collector: Collector) -> web.Application:
+def make_app(collector: Collector, console: Console | None = None) -> web.Application:
     # Bodies up to the limit plus one reach the handler, which counts what is over it.
     app = web.Application(client_max_size=MAX_VERDICT + 1, middlewares=[_one_request])
 
@@ -142,6 +148,8 @@ def make_app(collector: Collector) -> web.Application:
     app.router.add_post("/verdicts", verdicts)
     app.router.add_get("/status", report)
     app.router.add_get("/healthz", healthz)
+    if console is not None:
+        console.routes(app)
     return app
 
 
@@ -154,8 +162,8 @@ async def _one_request(request: web.Request, handler: Any) -> web.StreamResponse
     return response
 
 
-def serve(collector: Collector, host: str, port: int,
-          ready: Callable[[str], None]) -> None:
+def serve(collector: Collector, host: str, port: int, ready: Callable[[str], None],
+          console: Console | None = None) -> None:
     """Serve until stopped (SIGTERM or SIGINT end it cleanly; SIGKILL loses nothing)."""
     limits = collector.limits
 
@@ -165,7 +173,7 @@ def serve(collector: Collector, host: str, port: int,
         # lingering_time: after answering a request whose body it did not read (too large,
         # too slow), aiohttp reads on for a while so the client sees the answer; 2 s, not
         # its 10, or a slow client keeps the connection that long.
-        runner = web.AppRunner(make_app(collector), handle_signals=True, access_log=None,
+        runner = web.AppRunner(make_app(collector, console), handle_signals=True, access_log=None,
                                lingering_time=2.0)
         await runner.setup()
         loop = asyncio.get_running_loop()

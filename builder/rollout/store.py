@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.core.errors import BuildError
+from builder.rollout import history
 from builder.rollout.verdict_check import Refused, Verdict, check_wave
 from builder.updater.waves import Rollout
 
@@ -73,7 +74,7 @@ class Store:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA busy_timeout=10000")
-            self.db.executescript(SCHEMA)
+            self.db.executescript(SCHEMA + history.SCHEMA)
             columns = {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}
             if "labels" not in columns:  # a database of the collector before labels
                 self.db.execute("ALTER TABLE devices ADD COLUMN labels TEXT")

@@ -1,0 +1,168 @@
+"""The console in a real browser (headless chromium, tests/support/browser.py) on a running
+collector that 20 devices report to: at every step the wave counts and the device table on
+the page equal `rollout status --json` and `rollout devices --json`; advance (refused, then
+forced) and halt are clicked, and the signed statement says what the page says; a device's
+crafted failed-check text stays text; filters narrow the table; every control has a label;
+on a phone-sized screen nothing overflows sideways.
+
+Integration tier: chromium and chromedriver from the distribution, the collector as its own
+process, real GPG and openssl."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.rollout.admin import Site
+from builder.updater.waves import wave_of
+from tests.rollout.console_support import ADMIN, Api, cli_json, console
+from tests.rollout.support import REF, DeviceIdentity, devices, make_site, statement_verifies
+from tests.support.browser import chromium, screenshot, wait_for
+from tests.support.keys import ReleaseKey
+
+pytestmark = pytest.mark.integration
+FIELDS = ("offered", "downloaded", "staged", "green", "rolled_back", "silent")
+CRAFTED = '<img src=x onerror="document.title=\'pwned\'">health: microshift not ready'
+LAB = 6
+
+
+def _by(driver: Any, css: str) -> Any:
+    from selenium.webdriver.common.by import By
+    return driver.find_element(By.CSS_SELECTOR, css)
+
+
+def _all(driver: Any, css: str) -> list[Any]:
+    from selenium.webdriver.common.by import By
+    return driver.find_elements(By.CSS_SELECTOR, css)
+
+
+# Read in one script, so no re-render of the page falls between two cells.
+READ_WAVES = """
+return [...document.querySelectorAll('article[data-ref="' + arguments[0] + '"] tr[data-wave]')]
+  .map(row => Object.fromEntries(arguments[1].map(name =>
+    [name, Number(row.querySelector('td[data-field="' + name + '"]').textContent)])));
+"""
+READ_DEVICES = """
+return Object.fromEntries([...document.querySelectorAll('#devices tbody tr')].map(row =>
+  [row.dataset.machineId, ['wave', 'event', 'booted'].map(name =>
+    row.querySelector('td[data-field="' + name + '"]').textContent)]));
+"""
+
+
+def _page_waves(driver: Any) -> list[dict[str, int]]:
+    found: list[dict[str, int]] = driver.execute_script(READ_WAVES, REF, list(FIELDS))
+    return found
+
+
+def _page_devices(driver: Any) -> dict[str, tuple[str, ...]]:
+    found = driver.execute_script(READ_DEVICES)
+    return {machine: tuple(cells) for machine, cells in found.items()}
+
+
+def _agrees(driver: Any, site: Path, db: Path) -> bool:
+    """The page shows what the commands print (polled: the page updates itself)."""
+    report = cli_json("status", "--site", site, "--db", db)
+    wanted = [{name: wave[name] for name in FIELDS} for wave in report["waves"]]
+    inventory = cli_json("devices", "--db", db)["devices"]
+    rows = {d["machine_id"]: ("—" if d["wave"] is None else str(d["wave"] + 1),
+                              d["last_event"] or "—", d["booted_version"] or "?")
+            for d in inventory}
+    state = _by(driver, f'article[data-ref="{REF}"] [data-field="state"]').text
+    return _page_waves(driver) == wanted and _page_devices(driver) == rows \
+        and state == report["state"]
+
+
+def _send(api: Api, device: DeviceIdentity, wave: int, events: list[str],
+          **fields: Any) -> None:
+    for event in events:
+        extra = dict(fields) if event == "rolled-back" else {}
+        if wave:
+            extra["labels"] = {}
+        code, _, answer = api.call("POST", "/verdicts", device.verdict(event, wave, **extra))
+        assert code == 201, answer
+
+
+def _click(driver: Any, action: str) -> str:
+    button = _by(driver, f'article[data-ref="{REF}"] button[data-action="{action}"]')
+    wait_for(driver, button.is_enabled, f"the {action} button enabled")
+    before = _by(driver, "#message").text
+    button.click()
+    return str(wait_for(driver, lambda: (text := _by(driver, "#message").text) != before
+                        and not text.endswith("…") and text, f"the answer to {action}"))
+
+
+def test_the_console_shows_and_steers_a_rollout_of_20_devices(
+        tmp_path: Path, release_key: ReleaseKey) -> None:
+    site = make_site(tmp_path / "site", release_key[0])
+    db = tmp_path / "rollout.db"
+    fleet = devices(tmp_path / "devices", 20)
+    rollout = site.statement(REF)[2]
+    lab, rest = fleet[:LAB], fleet[LAB:]
+    placed = {d.machine_id: wave_of(rollout, d.machine_id, {}) for d in rest}
+    with console(site.root, db, release_key[0], tmp_path) as (_, api), chromium() as driver:
+        driver.get(api.base + "/")
+        _by(driver, "#token").send_keys(ADMIN + "\n")
+        wait_for(driver, lambda: _all(driver, f'article[data-ref="{REF}"]'), "the rollout")
+        unlabelled = driver.execute_script(
+            "return [...document.querySelectorAll('input, select')]"
+            ".filter(e => !e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)")
+        assert unlabelled == []
+
+        # Wave 1 (site=lab): three green, one rolled back (a crafted check), one staged,
+        # one downloaded; 1 of 5 staged rolled back is the halt threshold (20%), not over.
+        for device in lab[:3]:
+            _send(api, device, 0, ["offered", "downloaded", "staged", "green"])
+        _send(api, lab[4], 0, ["offered", "downloaded", "staged"])
+        _send(api, lab[3], 0, ["offered", "downloaded", "staged", "rolled-back"],
+              failed_check=CRAFTED, boots=3)
+        _send(api, lab[5], 0, ["offered", "downloaded"])
+        wait_for(driver, lambda: _agrees(driver, site.root, db), "the counts of wave 1")
+        assert _page_waves(driver)[0] == {"offered": 6, "downloaded": 6, "staged": 5,
+                                          "green": 3, "rolled_back": 1, "silent": 2}
+        failed = _by(driver, f'tr[data-machine-id="{lab[3].machine_id}"] '
+                             'td[data-field="failed"]')
+        assert failed.text == CRAFTED
+        assert driver.title == "Fleet console" and not _all(driver, "#devices img")
+        screenshot(driver, "console-wave-1")
+
+        # Advance: wave 1 opened at the tests' T0 and has not soaked: refused, as the
+        # command refuses; forced, wave 2 opens.
+        assert "advance refused: wave 1 (site=lab) has soaked" in _click(driver, "advance")
+        _by(driver, 'article input[name="force"]').click()
+        assert "advance done" in _click(driver, "advance")
+        for device in rest:
+            if placed[device.machine_id] == 1:
+                _send(api, device, 1, ["offered", "downloaded"])
+        wait_for(driver, lambda: _agrees(driver, site.root, db), "the counts of wave 2")
+        assert _page_waves(driver)[1]["offered"] == sum(w == 1 for w in placed.values())
+
+        # Halt, with a reason: the statement is signed halted, the page says so.
+        _by(driver, 'article input[name="reason"]').send_keys("line 3 cameras dropped")
+        assert "halt done" in _click(driver, "halt")
+        statement = Site(site.root).statement(REF)[2]
+        assert (statement.state, statement.reason) == ("halted", "line 3 cameras dropped")
+        assert statement_verifies(site, release_key[1])
+        wait_for(driver, lambda: _agrees(driver, site.root, db), "the halted state")
+        assert "line 3 cameras dropped" in _by(driver, '[data-field="reason"]').text
+        assert _by(driver, 'button[data-action="resume"]').is_enabled()
+        assert not _by(driver, 'button[data-action="halt"]').is_enabled()
+        actions = [a.get_attribute("data-action") for a in _all(driver, "#actions li")]
+        assert actions == ["halt", "advance", "advance"]
+        screenshot(driver, "console-halted")
+
+        # Filters: one device by its id, the rolled-back one by its state.
+        _by(driver, "#filter-text").send_keys(lab[1].machine_id)
+        wait_for(driver, lambda: len(_all(driver, "#devices tbody tr")) == 1, "one device")
+        _by(driver, "#filter-text").clear()
+        _by(driver, '#filter-state option[value="rolled-back"]').click()
+        wait_for(driver, lambda: [r.get_attribute("data-machine-id") for r in
+                                  _all(driver, "#devices tbody tr")] == [lab[3].machine_id],
+                 "the rolled-back device alone")
+
+        driver.set_window_size(390, 844)
+        screenshot(driver, "console-phone")
+        overflow = driver.execute_script(
+            "const d = document.documentElement; return d.scrollWidth - d.clientWidth")
+        assert overflow <= 0, f"the page is {overflow} px wider than a phone's screen"
