@@ -85,12 +85,14 @@ def vm(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def fleet(session: nox.Session) -> None:
     """The fleet rollout tier (issue 33): a bad and a good release rolled out in waves to 20
-    simulated devices (`nox -s tests` runs the same tests with 4; `-- N` sets another size).
+    simulated devices, and a halt clicked in the console (issue 43) holding the rest of them
+    (`nox -s tests` runs the same tests with 4; `-- N` sets another size).
     What the fleet did is written to build/fleet.json (docs/benchmarks.md)."""
     _host_tools(session)
     session.install("-e", ".[test]")
     devices = session.posargs[0] if session.posargs else "20"
-    session.run("python", "-m", "pytest", "tests/rollout/test_fleet.py", "-q", "-rs",
+    session.run("python", "-m", "pytest", "tests/rollout/test_fleet.py",
+                "tests/rollout/test_console_fleet.py", "-q", "-rs",
                 "--durations=0", env={"PYTHONDONTWRITEBYTECODE": "1",
                                       "MSEB_FLEET_DEVICES": devices,
                                       "MSEB_FLEET_REPORT": "build/fleet.json"})

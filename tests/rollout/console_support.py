@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from builder.core.signing import SigningKey
 from tests.rollout.test_serve import collector
+from tests.support.browser import wait_for
 from tests.support.cli import PROJECT_ROOT
 
 ADMIN = "admin-" + "7" * 40
@@ -84,3 +85,71 @@ def cli_json(*args: str | Path) -> Any:
                             cwd=PROJECT_ROOT, check=False)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
+
+
+FIELDS = ("offered", "downloaded", "staged", "green", "rolled_back", "silent")
+# Read in one script, so no re-render of the page falls between two cells.
+READ_WAVES = """
+return [...document.querySelectorAll('article[data-ref="' + arguments[0] + '"] tr[data-wave]')]
+  .map(row => Object.fromEntries(arguments[1].map(name =>
+    [name, Number(row.querySelector('td[data-field="' + name + '"]').textContent)])));
+"""
+READ_DEVICES = """
+return Object.fromEntries([...document.querySelectorAll('#devices tbody tr')].map(row =>
+  [row.dataset.machineId, ['wave', 'event', 'booted'].map(name =>
+    row.querySelector('td[data-field="' + name + '"]').textContent)]));
+"""
+
+
+@dataclass
+class ConsolePage:
+    """The console open in the browser, on one ref's rollout."""
+
+    driver: Any
+    ref: str
+
+    def open(self, base: str, token: str = ADMIN) -> None:
+        self.driver.get(base + "/")
+        self.one("#token").send_keys(token + "\n")
+        wait_for(self.driver, lambda: self.all(f'article[data-ref="{self.ref}"]'),
+                 "the rollout")
+
+    def one(self, css: str) -> Any:
+        return self.driver.find_element("css selector", css)
+
+    def all(self, css: str) -> list[Any]:
+        found: list[Any] = self.driver.find_elements("css selector", css)
+        return found
+
+    def waves(self) -> list[dict[str, int]]:
+        found: list[dict[str, int]] = self.driver.execute_script(READ_WAVES, self.ref,
+                                                                 list(FIELDS))
+        return found
+
+    def devices(self) -> dict[str, tuple[str, ...]]:
+        found = self.driver.execute_script(READ_DEVICES)
+        return {machine: tuple(cells) for machine, cells in found.items()}
+
+    def agrees(self, site: Path, db: Path) -> bool:
+        """The page shows what the commands print (polled: the page updates itself)."""
+        report = cli_json("status", "--site", site, "--db", db, "--ref", self.ref)
+        wanted = [{name: wave[name] for name in FIELDS} for wave in report["waves"]]
+        inventory = cli_json("devices", "--db", db)["devices"]
+        rows = {d["machine_id"]: ("—" if d["wave"] is None else str(d["wave"] + 1),
+                                  d["last_event"] or "—", d["booted_version"] or "?")
+                for d in inventory}
+        state = self.one(f'article[data-ref="{self.ref}"] [data-field="state"]').text
+        return self.waves() == wanted and self.devices() == rows and \
+            state == report["state"]
+
+    def wait_agrees(self, site: Path, db: Path, what: str) -> None:
+        wait_for(self.driver, lambda: self.agrees(site, db), what)
+
+    def click(self, action: str) -> str:
+        """Click the action's button; the answer the page shows."""
+        button = self.one(f'article[data-ref="{self.ref}"] button[data-action="{action}"]')
+        wait_for(self.driver, button.is_enabled, f"the {action} button enabled")
+        self.driver.execute_script("document.getElementById('message').textContent = ''")
+        button.click()
+        return str(wait_for(self.driver, lambda: (text := self.one("#message").text)
+                            and not text.endswith("…") and text, f"the answer to {action}"))

@@ -124,15 +124,17 @@ def status_text(member: FleetDevice) -> str:
 
 
 @contextmanager
-def collector(repo: Path, db: Path, pair: UpdatePair) -> Iterator[str]:
-    """`rollout serve` on the site, with the release key for its automatic halt."""
+def collector(repo: Path, db: Path, pair: UpdatePair, *options: str) -> Iterator[str]:
+    """`rollout serve` on the site, with the release key for its automatic halt (and the
+    console's actions)."""
     key = release_key(pair)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "builder", "--json", "rollout", "serve",
                              "--site", str(repo.parent), "--db", str(db), "--listen",
                              "127.0.0.1:0", "--gpg-homedir", str(key.homedir), "--gpg-key",
-                             key.key_id], stderr=subprocess.PIPE, env=env, cwd=PROJECT_ROOT)
+                             key.key_id, *options], stderr=subprocess.PIPE, env=env,
+                            cwd=PROJECT_ROOT)
     try:
         assert proc.stderr is not None
         url = ""

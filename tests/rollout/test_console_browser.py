@@ -17,61 +17,14 @@ import pytest
 
 from builder.rollout.admin import Site
 from builder.updater.waves import wave_of
-from tests.rollout.console_support import ADMIN, Api, cli_json, console
+from tests.rollout.console_support import Api, ConsolePage, console
 from tests.rollout.support import REF, DeviceIdentity, devices, make_site, statement_verifies
 from tests.support.browser import chromium, screenshot, wait_for
 from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
-FIELDS = ("offered", "downloaded", "staged", "green", "rolled_back", "silent")
 CRAFTED = '<img src=x onerror="document.title=\'pwned\'">health: microshift not ready'
 LAB = 6
-
-
-def _by(driver: Any, css: str) -> Any:
-    from selenium.webdriver.common.by import By
-    return driver.find_element(By.CSS_SELECTOR, css)
-
-
-def _all(driver: Any, css: str) -> list[Any]:
-    from selenium.webdriver.common.by import By
-    return driver.find_elements(By.CSS_SELECTOR, css)
-
-
-# Read in one script, so no re-render of the page falls between two cells.
-READ_WAVES = """
-return [...document.querySelectorAll('article[data-ref="' + arguments[0] + '"] tr[data-wave]')]
-  .map(row => Object.fromEntries(arguments[1].map(name =>
-    [name, Number(row.querySelector('td[data-field="' + name + '"]').textContent)])));
-"""
-READ_DEVICES = """
-return Object.fromEntries([...document.querySelectorAll('#devices tbody tr')].map(row =>
-  [row.dataset.machineId, ['wave', 'event', 'booted'].map(name =>
-    row.querySelector('td[data-field="' + name + '"]').textContent)]));
-"""
-
-
-def _page_waves(driver: Any) -> list[dict[str, int]]:
-    found: list[dict[str, int]] = driver.execute_script(READ_WAVES, REF, list(FIELDS))
-    return found
-
-
-def _page_devices(driver: Any) -> dict[str, tuple[str, ...]]:
-    found = driver.execute_script(READ_DEVICES)
-    return {machine: tuple(cells) for machine, cells in found.items()}
-
-
-def _agrees(driver: Any, site: Path, db: Path) -> bool:
-    """The page shows what the commands print (polled: the page updates itself)."""
-    report = cli_json("status", "--site", site, "--db", db)
-    wanted = [{name: wave[name] for name in FIELDS} for wave in report["waves"]]
-    inventory = cli_json("devices", "--db", db)["devices"]
-    rows = {d["machine_id"]: ("—" if d["wave"] is None else str(d["wave"] + 1),
-                              d["last_event"] or "—", d["booted_version"] or "?")
-            for d in inventory}
-    state = _by(driver, f'article[data-ref="{REF}"] [data-field="state"]').text
-    return _page_waves(driver) == wanted and _page_devices(driver) == rows \
-        and state == report["state"]
 
 
 def _send(api: Api, device: DeviceIdentity, wave: int, events: list[str],
@@ -84,15 +37,6 @@ def _send(api: Api, device: DeviceIdentity, wave: int, events: list[str],
         assert code == 201, answer
 
 
-def _click(driver: Any, action: str) -> str:
-    button = _by(driver, f'article[data-ref="{REF}"] button[data-action="{action}"]')
-    wait_for(driver, button.is_enabled, f"the {action} button enabled")
-    before = _by(driver, "#message").text
-    button.click()
-    return str(wait_for(driver, lambda: (text := _by(driver, "#message").text) != before
-                        and not text.endswith("…") and text, f"the answer to {action}"))
-
-
 def test_the_console_shows_and_steers_a_rollout_of_20_devices(
         tmp_path: Path, release_key: ReleaseKey) -> None:
     site = make_site(tmp_path / "site", release_key[0])
@@ -102,9 +46,8 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
     lab, rest = fleet[:LAB], fleet[LAB:]
     placed = {d.machine_id: wave_of(rollout, d.machine_id, {}) for d in rest}
     with console(site.root, db, release_key[0], tmp_path) as (_, api), chromium() as driver:
-        driver.get(api.base + "/")
-        _by(driver, "#token").send_keys(ADMIN + "\n")
-        wait_for(driver, lambda: _all(driver, f'article[data-ref="{REF}"]'), "the rollout")
+        page = ConsolePage(driver, REF)
+        page.open(api.base)
         unlabelled = driver.execute_script(
             "return [...document.querySelectorAll('input, select')]"
             ".filter(e => !e.labels.length && !e.getAttribute('aria-label')).map(e => e.id)")
@@ -118,47 +61,47 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
         _send(api, lab[3], 0, ["offered", "downloaded", "staged", "rolled-back"],
               failed_check=CRAFTED, boots=3)
         _send(api, lab[5], 0, ["offered", "downloaded"])
-        wait_for(driver, lambda: _agrees(driver, site.root, db), "the counts of wave 1")
-        assert _page_waves(driver)[0] == {"offered": 6, "downloaded": 6, "staged": 5,
+        page.wait_agrees(site.root, db, "the counts of wave 1")
+        assert page.waves()[0] == {"offered": 6, "downloaded": 6, "staged": 5,
                                           "green": 3, "rolled_back": 1, "silent": 2}
-        failed = _by(driver, f'tr[data-machine-id="{lab[3].machine_id}"] '
+        failed = page.one(f'tr[data-machine-id="{lab[3].machine_id}"] '
                              'td[data-field="failed"]')
         assert failed.text == CRAFTED
-        assert driver.title == "Fleet console" and not _all(driver, "#devices img")
+        assert driver.title == "Fleet console" and not page.all("#devices img")
         screenshot(driver, "console-wave-1")
 
         # Advance: wave 1 opened at the tests' T0 and has not soaked: refused, as the
         # command refuses; forced, wave 2 opens.
-        assert "advance refused: wave 1 (site=lab) has soaked" in _click(driver, "advance")
-        _by(driver, 'article input[name="force"]').click()
-        assert "advance done" in _click(driver, "advance")
+        assert "advance refused: wave 1 (site=lab) has soaked" in page.click("advance")
+        page.one('article input[name="force"]').click()
+        assert "advance done" in page.click("advance")
         for device in rest:
             if placed[device.machine_id] == 1:
                 _send(api, device, 1, ["offered", "downloaded"])
-        wait_for(driver, lambda: _agrees(driver, site.root, db), "the counts of wave 2")
-        assert _page_waves(driver)[1]["offered"] == sum(w == 1 for w in placed.values())
+        page.wait_agrees(site.root, db, "the counts of wave 2")
+        assert page.waves()[1]["offered"] == sum(w == 1 for w in placed.values())
 
         # Halt, with a reason: the statement is signed halted, the page says so.
-        _by(driver, 'article input[name="reason"]').send_keys("line 3 cameras dropped")
-        assert "halt done" in _click(driver, "halt")
+        page.one('article input[name="reason"]').send_keys("line 3 cameras dropped")
+        assert "halt done" in page.click("halt")
         statement = Site(site.root).statement(REF)[2]
         assert (statement.state, statement.reason) == ("halted", "line 3 cameras dropped")
         assert statement_verifies(site, release_key[1])
-        wait_for(driver, lambda: _agrees(driver, site.root, db), "the halted state")
-        assert "line 3 cameras dropped" in _by(driver, '[data-field="reason"]').text
-        assert _by(driver, 'button[data-action="resume"]').is_enabled()
-        assert not _by(driver, 'button[data-action="halt"]').is_enabled()
-        actions = [a.get_attribute("data-action") for a in _all(driver, "#actions li")]
+        page.wait_agrees(site.root, db, "the halted state")
+        assert "line 3 cameras dropped" in page.one('[data-field="reason"]').text
+        assert page.one('button[data-action="resume"]').is_enabled()
+        assert not page.one('button[data-action="halt"]').is_enabled()
+        actions = [a.get_attribute("data-action") for a in page.all("#actions li")]
         assert actions == ["halt", "advance", "advance"]
         screenshot(driver, "console-halted")
 
         # Filters: one device by its id, the rolled-back one by its state.
-        _by(driver, "#filter-text").send_keys(lab[1].machine_id)
-        wait_for(driver, lambda: len(_all(driver, "#devices tbody tr")) == 1, "one device")
-        _by(driver, "#filter-text").clear()
-        _by(driver, '#filter-state option[value="rolled-back"]').click()
+        page.one("#filter-text").send_keys(lab[1].machine_id)
+        wait_for(driver, lambda: len(page.all("#devices tbody tr")) == 1, "one device")
+        page.one("#filter-text").clear()
+        page.one('#filter-state option[value="rolled-back"]').click()
         wait_for(driver, lambda: [r.get_attribute("data-machine-id") for r in
-                                  _all(driver, "#devices tbody tr")] == [lab[3].machine_id],
+                                  page.all("#devices tbody tr")] == [lab[3].machine_id],
                  "the rolled-back device alone")
 
         driver.set_window_size(390, 844)

@@ -198,7 +198,9 @@ async function act(ref, name, reasonInput, forceInput) {
     message.className = response.ok ? "done" : "refused";
     message.textContent = response.ok
       ? name + " done: rollout " + answer.rollout.id + " is " + answer.rollout.state +
-        (answer.rollout.reason ? " (" + answer.rollout.reason + ")" : "")
+        (answer.rollout.reason ? " (" + answer.rollout.reason + ")" : "") + ", " +
+        answer.rollout.waves.filter((wave) => wave.opened !== null).length + " of " +
+        answer.rollout.waves.length + " waves open"
       : name + " refused: " + (answer.error || "HTTP " + response.status);
   } catch (error) {
     message.className = "refused";
