@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
                               "back, silent")
     status.add_argument("--json", action="store_true", dest="as_json",
                         help="print the status as JSON")
+    status.add_argument("--slot-silent-after", type=_hours, default=6.0, metavar="HOURS",
+                        help="call a disruption budget stalled when a device holding a slot "
+                             "sent no verdict for longer while others wait (default 6)")
     status.set_defaults(func=cmd_status)
     advance = action("advance", "open the next wave, when the open one met its success "
                                 "threshold and soak time", signs=True)
@@ -63,8 +66,8 @@ def register(sub: Any) -> None:
     halt = action("halt", "stop the rollout: no further device stages it", signs=True, db=False)
     halt.add_argument("--reason", default="halted by the admin", help="shown on the devices")
     halt.set_defaults(func=cmd_halt)
-    action("resume", "go on with a halted rollout", signs=True, db=False).set_defaults(
-        func=cmd_resume)
+    action("resume", "go on with a halted rollout (with --db, budget slots are granted too)",
+           signs=True).set_defaults(func=cmd_resume)
     serve = action("serve", "the collector devices POST their verdicts to", signs=True,
                    ref=False)
     serve.add_argument("--listen", default="127.0.0.1:8480", metavar="HOST:PORT",
@@ -182,7 +185,8 @@ def cmd_start(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.admin import status, status_text
 
-    report = status(_site(args), _store(args), args.ref, int(time.time()))
+    report = status(_site(args), _store(args), args.ref, int(time.time()),
+                    holder_silent_after=int(args.slot_silent_after * 3600))
     sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if args.as_json
                      else status_text(report) + "\n")
     return 0
@@ -227,7 +231,8 @@ def cmd_halt(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.admin import resume
 
-    rollout = resume(_site(args), _signer(ctx, args), args.ref)
+    store = _store(args) if args.db.is_file() else None   # grants budget slots with it
+    rollout = resume(_site(args), _signer(ctx, args), args.ref, store, int(time.time()))
     ctx.progress.info(f"rollout {rollout.id}: active again")
     return 0
 
@@ -275,7 +280,7 @@ def cmd_collect(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.verdict_check import Refused, public_key_of
-    from builder.updater.waves import LABEL_RE
+    from builder.updater.rollout_rules import LABEL_RE
 
     try:
         with args.public_key.open("rb") as handle:

@@ -11,7 +11,9 @@ request and has deadlines (`Limits`): complete request headers within `header_se
 connecting, the whole request within `request_seconds`; a client slower than that is
 dropped with one log line, as is one that hangs up (no traceback). A rolled-back verdict that takes
 its wave over the halt threshold halts the rollout there and then: the statement is
-re-signed as halted (builder/rollout/admin.py) before the device is answered. It speaks
+re-signed as halted (builder/rollout/admin.py) before the device is answered; so are the
+slots of a disruption budget, granted anew after each verdict (builder/rollout/budget.py).
+It speaks
 plain HTTP: verdicts are signed, so nobody can forge one, but they are not confidential;
 put a TLS reverse proxy in front of it where that matters (README).
 
@@ -34,6 +36,7 @@ from aiohttp import ClientConnectionResetError, ClientError, web
 
 from builder.core.errors import BuildError
 from builder.rollout.admin import Signer, Site, halt_if_over, status
+from builder.rollout.budget import regrant
 from builder.rollout.guard import guarded
 from builder.rollout.store import MAX_VERDICTS, Store
 from builder.rollout.verdict_check import Refused, Verdict, check
@@ -76,6 +79,12 @@ class Collector:
             if reason:
                 self.log(f"halted rollout {verdict.rollout}: {reason}")
                 answer["halted"] = reason
+        if new:
+            granted = regrant(self.site, self.store, self.signer, ref=verdict.ref,
+                              rollout_id=verdict.rollout)
+            if granted is not None and granted.budget is not None:
+                self.log(f"rollout {granted.id}: budget slots now "
+                         f"{dict(granted.budget.grants) or 'none'}")
         return (201 if new else 200), answer
 
     def _rollout(self, verdict: Verdict) -> Rollout | None:
