@@ -107,7 +107,8 @@ def parse_window_option(text: str, option: str = "--rollout-window") -> GroupWin
     """A group's windows from "site=lab:apply=Sat 01:00-05:00;download=...;tz=UTC"."""
     selector, sep, rest = text.partition(":")
     pairs = [pair.partition("=") for pair in selector.split("+")]
-    if not sep or not all(s and LABEL_RE.match(k) and LABEL_RE.match(v) for k, s, v in pairs):
+    if not sep or not all(s and LABEL_RE.match(k) and LABEL_RE.match(v) for k, s, v in pairs) \
+            or pairs[0][0] in ("apply", "download", "tz"):
         raise InputError("command line", option, f"{text!r} does not start with a group "
                          "(NAME=VALUE, several joined by '+') and ':'")
     found: dict[str, str] = {}
