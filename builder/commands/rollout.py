@@ -51,14 +51,8 @@ def register(sub: Any) -> None:
                    db=False)
     add_rollout_options(start, required=True)
     start.set_defaults(func=cmd_start)
-    status = action("status", "per wave: devices offered, downloaded, staged, green, rolled "
-                              "back, silent")
-    status.add_argument("--json", action="store_true", dest="as_json",
-                        help="print the status as JSON")
-    status.add_argument("--slot-silent-after", type=_hours, default=6.0, metavar="HOURS",
-                        help="call a disruption budget stalled when a device holding a slot "
-                             "sent no verdict for longer while others wait (default 6)")
-    status.set_defaults(func=cmd_status)
+    _status_options(action("status", "per wave: devices offered, downloaded, staged, green, "
+                                     "rolled back, silent; the budget's groups; held devices"))
     advance = action("advance", "open the next wave, when the open one met its success "
                                 "threshold and soak time", signs=True)
     advance.add_argument("--force", action="store_true", help="open it anyway")
@@ -105,6 +99,15 @@ def register(sub: Any) -> None:
                         help="pin a label of the device (repeat for each; its labels: in "
                              "update.yaml); without any, its first verdict pins them")
     enroll.set_defaults(func=cmd_enroll)
+
+
+def _status_options(status: argparse.ArgumentParser) -> None:
+    status.add_argument("--json", action="store_true", dest="as_json",
+                        help="print the status as JSON")
+    status.add_argument("--slot-silent-after", type=_hours, default=6.0, metavar="HOURS",
+                        help="call a disruption budget stalled when a device holding a slot "
+                             "sent no verdict for longer while others wait (default 6)")
+    status.set_defaults(func=cmd_status)
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
@@ -243,7 +246,8 @@ def _collector(ctx: Context, args: argparse.Namespace, limits: Limits) -> Any:
     signer = _maybe_signer(ctx, args)
     if signer is None:
         ctx.progress.warn("no release key (--gpg-homedir/--gpg-key): a wave over its halt "
-                          "threshold is reported, not halted")
+                          "threshold is reported, not halted, and no disruption budget slot "
+                          "is granted (`rollout status` shows the budget stalled)")
     if not 1 <= limits.max_verdicts <= 1_000_000:
         raise InputError("command line", "--max-verdicts-per-device",
                          f"{limits.max_verdicts} is not from 1 to 1000000")
