@@ -12,6 +12,7 @@ read here too: a run they hold has downloaded and stops before staging.
 A run held (by a window or the budget) is remembered in HELD until the device stages, and
 every verdict made meanwhile carries it, `"held": {"reason", "since"}`, so the admin sees
 why a device waits and since when (the downloaded verdict of the very run it held first).
+While the same hold lasts, its offered and downloaded verdicts are made once each.
 
 Device side: Python 3.9, standard library only.
 """
@@ -101,11 +102,16 @@ class Fleet:
             self.held_file.unlink(missing_ok=True)
             return
         previous = self._hold()
-        since = previous["since"] if previous and _kind(previous["reason"]) == \
-            _kind(reason) else int(time.time())
+        same = previous is not None and _kind(previous["reason"]) == _kind(reason)
+        self._write_hold(reason[:512], previous["since"] if previous and same
+                         else int(time.time()), previous["reported"] if previous and same
+                         else [])
+
+    def _write_hold(self, reason: str, since: int, reported: list[str]) -> None:
+        assert self.place is not None
         write_atomic(self.held_file, json.dumps(
             {"rollout": self.place.rollout.id, "commit": self.place.rollout.commit,
-             "reason": reason[:512], "since": since}))
+             "reason": reason, "since": since, "reported": reported}))
 
     def _hold(self) -> dict[str, Any] | None:
         """The hold remembered for the rollout now in place. Read leniently: the record
@@ -121,6 +127,8 @@ class Fleet:
                 not isinstance(found.get("reason"), str) or \
                 not isinstance(found.get("since"), int):
             return None
+        reported = found.get("reported")
+        found["reported"] = reported if isinstance(reported, list) else []
         return found
 
     def event(self, event: str, **fields: Any) -> None:
@@ -132,9 +140,18 @@ class Fleet:
                    "from_version": "", "version": "", "boots": 0, "failed_check": "",
                    "labels": self.config.label_map(), **fields}
         hold = self._hold()
-        if hold is not None:
-            payload["held"] = {"reason": hold["reason"], "since": hold["since"]}
+        if hold is None:
+            report(self.outbox, payload, self.log)
+            return
+        if event in hold["reported"]:
+            # Said already for this hold: a device that waits days for a slot or a window
+            # would otherwise spend the collector's verdicts per device on repeats.
+            self.log(f"verdict {event} not made again: held since {hold['since']}")
+            return
+        payload["held"] = {"reason": hold["reason"], "since": hold["since"]}
         report(self.outbox, payload, self.log)
+        if event in ("offered", "downloaded"):
+            self._write_hold(hold["reason"], hold["since"], [*hold["reported"], event])
 
     def staged(self, outcome: Outcome) -> None:
         """The commit is staged: keep what its verdict needs, in a file of its own."""
