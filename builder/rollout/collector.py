@@ -67,10 +67,10 @@ class Collector:
         except Refused as refused:
             self.store.refuse(refused.reason)
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
+        rollout = self._rollout(verdict)
         try:
             new = self.store.record(verdict, enrolled_only=self.enrolled_only,
-                                    rollout=self._rollout(verdict),
-                                    max_verdicts=self.limits.max_verdicts)
+                                    rollout=rollout, max_verdicts=self.limits.max_verdicts)
         except Refused as refused:
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
         answer: dict[str, Any] = {"recorded": new}
@@ -79,7 +79,7 @@ class Collector:
             if reason:
                 self.log(f"halted rollout {verdict.rollout}: {reason}")
                 answer["halted"] = reason
-        if new:
+        if new and rollout is not None and rollout.budget is not None:
             granted = regrant(self.site, self.store, self.signer, ref=verdict.ref,
                               rollout_id=verdict.rollout)
             if granted is not None and granted.budget is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from builder.rollout.admin import status
+from builder.rollout.admin import advance, status
 from builder.rollout.collector import Collector
 from builder.rollout.store import Store
 from builder.updater.rollout_rules import Budget, budget_hold
@@ -161,3 +161,21 @@ def test_a_malformed_hold_is_refused(tmp_path: Path, release_key: ReleaseKey,
     code, answer = collector.take(device.verdict("downloaded", labels=LAB, held=held))
     assert (code, answer["refused"]) == (400, "malformed")
     assert answer["detail"].startswith("held is not {")
+
+
+def test_advance_grants_the_slots_a_keyless_collector_could_not(
+        tmp_path: Path, release_key: ReleaseKey) -> None:
+    collector = _collector(tmp_path, release_key, with_key=False)
+    first, second = devices(tmp_path, 2)
+    _send(collector, first, "downloaded", LAB)
+    _send(collector, second, "downloaded", LAB)
+    now = int(time.time())
+    assert "no release key" in \
+        status(collector.site, collector.store, REF, now)["budget"]["groups"]["lab"]["stalled"]
+    advanced = advance(collector.site, collector.store, signer(release_key[0]), REF, now,
+                       force=True)
+    assert advanced.state == "complete" and _grants(collector) == {"lab": (first.machine_id,)}
+    lab = status(collector.site, collector.store, REF, now)["budget"]["groups"]["lab"]
+    assert (lab["updating"], lab["waiting"], lab["stalled"]) == \
+        ([first.machine_id], [second.machine_id], "")
+    assert statement_verifies(collector.site, release_key[1])
