@@ -129,13 +129,36 @@ def add_rollout_options(parser: argparse.ArgumentParser, *, required: bool = Fal
                         help="the rollout's id, which places each device (default: REF-COMMIT, "
                              "a new draw for every head; keep one id to keep the same "
                              "devices first)")
+    parser.add_argument("--rollout-budget", metavar="LABEL=MAX",
+                        help="a disruption budget: at most MAX devices of each LABEL group "
+                             "(e.g. site=1, or site=25%% of the group's known devices) update "
+                             "at once; the collector grants the slots")
+    parser.add_argument("--rollout-window", action="append", default=[],
+                        metavar="GROUP:WINDOWS",
+                        help="update windows of a label group, replacing update.yaml's for "
+                             "its devices, e.g. 'site=lab:apply=Sat,Sun 01:00-05:00;"
+                             "download=22:00-06:00;tz=UTC' (repeatable; the first that "
+                             "matches a device applies)")
 
 
 def rollout_plan(args: argparse.Namespace) -> RolloutPlan | None:
-    from builder.publish.rollout_statement import RolloutPlan, check_id, parse_waves
+    from builder.publish.rollout_statement import (
+        RolloutPlan,
+        check_id,
+        parse_budget_option,
+        parse_waves,
+        parse_window_option,
+    )
 
     if not args.rollout_waves:
+        for option, given in (("--rollout-budget", args.rollout_budget),
+                              ("--rollout-window", args.rollout_window)):
+            if given:
+                raise InputError("command line", option, "belongs to a rollout: give "
+                                 "--rollout-waves too")
         return None
     waves = parse_waves(args.rollout_waves, soak=args.rollout_soak,
                         success=args.rollout_success, halt=args.rollout_halt)
-    return RolloutPlan(waves, check_id(args.rollout_id))
+    budget = parse_budget_option(args.rollout_budget) if args.rollout_budget else None
+    windows = tuple(parse_window_option(text) for text in args.rollout_window)
+    return RolloutPlan(waves, check_id(args.rollout_id), budget, windows)

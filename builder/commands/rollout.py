@@ -51,11 +51,8 @@ def register(sub: Any) -> None:
                    db=False)
     add_rollout_options(start, required=True)
     start.set_defaults(func=cmd_start)
-    status = action("status", "per wave: devices offered, downloaded, staged, green, rolled "
-                              "back, silent")
-    status.add_argument("--json", action="store_true", dest="as_json",
-                        help="print the status as JSON")
-    status.set_defaults(func=cmd_status)
+    _status_options(action("status", "per wave: devices offered, downloaded, staged, green, "
+                                     "rolled back, silent; the budget's groups; held devices"))
     advance = action("advance", "open the next wave, when the open one met its success "
                                 "threshold and soak time", signs=True)
     advance.add_argument("--force", action="store_true", help="open it anyway")
@@ -63,8 +60,8 @@ def register(sub: Any) -> None:
     halt = action("halt", "stop the rollout: no further device stages it", signs=True, db=False)
     halt.add_argument("--reason", default="halted by the admin", help="shown on the devices")
     halt.set_defaults(func=cmd_halt)
-    action("resume", "go on with a halted rollout", signs=True, db=False).set_defaults(
-        func=cmd_resume)
+    action("resume", "go on with a halted rollout (with --db, budget slots are granted too)",
+           signs=True).set_defaults(func=cmd_resume)
     serve = action("serve", "the collector devices POST their verdicts to", signs=True,
                    ref=False)
     serve.add_argument("--listen", default="127.0.0.1:8480", metavar="HOST:PORT",
@@ -108,6 +105,15 @@ def register(sub: Any) -> None:
                         help="pin a label of the device (repeat for each; its labels: in "
                              "update.yaml); without any, its first verdict pins them")
     enroll.set_defaults(func=cmd_enroll)
+
+
+def _status_options(status: argparse.ArgumentParser) -> None:
+    status.add_argument("--json", action="store_true", dest="as_json",
+                        help="print the status as JSON")
+    status.add_argument("--slot-silent-after", type=_hours, default=6.0, metavar="HOURS",
+                        help="call a disruption budget stalled when a device holding a slot "
+                             "sent no verdict for longer while others wait (default 6)")
+    status.set_defaults(func=cmd_status)
 
 
 def _limit_options(parser: argparse.ArgumentParser) -> None:
@@ -188,7 +194,8 @@ def cmd_start(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.admin import status, status_text
 
-    report = status(_site(args), _store(args), args.ref, int(time.time()))
+    report = status(_site(args), _store(args), args.ref, int(time.time()),
+                    holder_silent_after=int(args.slot_silent_after * 3600))
     sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n" if args.as_json
                      else status_text(report) + "\n")
     return 0
@@ -233,7 +240,8 @@ def cmd_halt(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_resume(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.admin import resume
 
-    rollout = resume(_site(args), _signer(ctx, args), args.ref)
+    store = _store(args) if args.db.is_file() else None   # grants budget slots with it
+    rollout = resume(_site(args), _signer(ctx, args), args.ref, store, int(time.time()))
     ctx.progress.info(f"rollout {rollout.id}: active again")
     return 0
 
@@ -244,7 +252,8 @@ def _collector(ctx: Context, args: argparse.Namespace, limits: Limits) -> Any:
     signer = _maybe_signer(ctx, args)
     if signer is None:
         ctx.progress.warn("no release key (--gpg-homedir/--gpg-key): a wave over its halt "
-                          "threshold is reported, not halted")
+                          "threshold is reported, not halted, and no disruption budget slot "
+                          "is granted (`rollout status` shows the budget stalled)")
     if not 1 <= limits.max_verdicts <= 1_000_000:
         raise InputError("command line", "--max-verdicts-per-device",
                          f"{limits.max_verdicts} is not from 1 to 1000000")
@@ -292,7 +301,7 @@ def cmd_collect(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_enroll(ctx: Context, args: argparse.Namespace) -> int:
     from builder.rollout.verdict_check import Refused, public_key_of
-    from builder.updater.waves import LABEL_RE
+    from builder.updater.rollout_rules import LABEL_RE
 
     try:
         with args.public_key.open("rb") as handle:

@@ -8,6 +8,12 @@ an `advance` cannot undo a halt that landed a moment before, nor a publish eithe
     --rollout-waves "site=lab,30%,100%"   waves, in order: a label selector (NAME=VALUE,
                                           several joined by '+') or a cumulative share;
                                           a last wave of 100% is added when missing
+    --rollout-budget site=1 | site=25%    at most 1 device (or 25% of the group's devices
+                                          the collector knows, rounded up, at least 1) per
+                                          value of the label `site` updating at once
+    --rollout-window "site=lab:apply=Sat,Sun 01:00-05:00;download=22:00-06:00;tz=UTC"
+                                          (repeatable) the group's windows, which replace
+                                          update.yaml's for the devices it selects
 """
 
 from __future__ import annotations
@@ -26,7 +32,10 @@ from builder.core.signing import SigningKey
 from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import TIMESTAMP, Timestamp, parse_timestamp
 from builder.updater.index import CHECKSUM, INDEX, MAX_METADATA, UpdateRefused
-from builder.updater.waves import ID_RE, LABEL_RE, Rollout, Wave
+from builder.updater.rollout_rules import LABEL_RE, MAX_ALLOWED, MAX_RE, Budget, GroupWindows
+from builder.updater.update_config import known_zone
+from builder.updater.waves import ID_RE, Rollout, Wave
+from builder.updater.windows import WINDOW_ALLOWED, WINDOW_RE, ZONE_RE, parse_window
 
 LOCK = ".rollout.lock"
 PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
@@ -40,11 +49,13 @@ class RolloutPlan:
 
     waves: tuple[Wave, ...]
     rollout_id: str = ""   # "": one of its own for each head (a new draw of devices)
+    budget: Budget | None = None     # its grants start empty: the collector fills them
+    windows: tuple[GroupWindows, ...] = ()
 
     def start(self, ref: str, commit: str, now: int) -> Rollout:
         rollout_id = self.rollout_id or default_id(ref, commit)
         waves = (replace(self.waves[0], opened=now), *self.waves[1:])
-        return Rollout(rollout_id, commit, "active", "", waves)
+        return Rollout(rollout_id, commit, "active", "", waves, self.budget, self.windows)
 
 
 def default_id(ref: str, commit: str) -> str:
@@ -81,6 +92,48 @@ def parse_waves(text: str, *, soak: str = "0", success: float = 100.0, halt: flo
     if not waves or waves[-1].percent != 100:
         waves.append(Wave("everyone-100%", 100.0, (), soak_seconds, success, halt))
     return tuple(waves)
+
+
+def parse_budget_option(text: str, option: str = "--rollout-budget") -> Budget:
+    """A budget from "site=1" or "site=25%"."""
+    label, sep, most = text.strip().partition("=")
+    if not sep or not LABEL_RE.match(label) or not MAX_RE.match(most):
+        raise InputError("command line", option, f"{text!r} is not LABEL=MAX; allowed: a "
+                         f"label name, '=', then {MAX_ALLOWED}, e.g. site=1 or site=25%")
+    return Budget(label, most if most.endswith("%") else int(most))
+
+
+def parse_window_option(text: str, option: str = "--rollout-window") -> GroupWindows:
+    """A group's windows from "site=lab:apply=Sat 01:00-05:00;download=...;tz=UTC"."""
+    selector, sep, rest = text.partition(":")
+    pairs = [pair.partition("=") for pair in selector.split("+")]
+    if not sep or not all(s and LABEL_RE.match(k) and LABEL_RE.match(v) for k, s, v in pairs) \
+            or pairs[0][0] in ("apply", "download", "tz"):
+        raise InputError("command line", option, f"{text!r} does not start with a group "
+                         "(NAME=VALUE, several joined by '+') and ':'")
+    found: dict[str, str] = {}
+    for part in (p.strip() for p in rest.split(";")):
+        kind, _, value = part.partition("=")
+        if kind not in ("apply", "download", "tz") or kind in found:
+            raise InputError("command line", option, f"{part!r} in {text!r}: allowed: "
+                             "apply=WINDOW, download=WINDOW, tz=ZONE, each once, joined by ';'")
+        found[kind] = value.strip()
+    for kind in ("apply", "download"):
+        window = found.get(kind)
+        if window is not None and (not WINDOW_RE.match(window) or
+                                   parse_window(window).start == parse_window(window).end):
+            raise InputError("command line", option, f"{kind}={window!r}: allowed: "
+                             f"{WINDOW_ALLOWED}")
+    zone = found.get("tz", "")
+    if zone and not (ZONE_RE.match(zone) and known_zone(zone)):
+        raise InputError("command line", option, f"tz={zone!r} is not a time zone of the tz "
+                         "database (e.g. Europe/Madrid, UTC)")
+    if "apply" not in found and "download" not in found:
+        raise InputError("command line", option, f"{text!r} names no window; allowed: "
+                         "apply=WINDOW and/or download=WINDOW")
+    download, apply = (parse_window(found[k]) if k in found else None
+                       for k in ("download", "apply"))
+    return GroupWindows(tuple(sorted((k, v) for k, _, v in pairs)), download, apply, zone)
 
 
 def parse_duration(text: str, option: str) -> int:

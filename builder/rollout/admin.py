@@ -24,6 +24,14 @@ from builder.publish.rollout_statement import (
     resign,
     statements_lock,
 )
+from builder.rollout.budget import (
+    HOLDER_SILENT_AFTER,
+    budget_status,
+    budget_text,
+    held_devices,
+    record_grants,
+    with_grants,
+)
 from builder.rollout.store import Store, WaveCounts
 from builder.rollout.verdict_check import Verdict
 from builder.updater.freshness import Timestamp
@@ -119,7 +127,9 @@ def advance(site: Site, store: Store, signer: Signer, ref: str | None, now: int,
             waves = list(rollout.waves)
             waves[wave + 1] = replace(waves[wave + 1], opened=now)
             changed = replace(rollout, waves=tuple(waves))
+        changed = with_grants(changed, store)
         signer.sign(site, ref, stamp, changed)
+        record_grants(store, changed, now)
     return changed
 
 
@@ -164,15 +174,21 @@ def halt(site: Site, signer: Signer, ref: str | None, reason: str) -> Rollout:
     return changed
 
 
-def resume(site: Site, signer: Signer, ref: str | None) -> Rollout:
+def resume(site: Site, signer: Signer, ref: str | None, store: Store | None = None,
+           now: int = 0) -> Rollout:
     """Active again, with the open waves as they were; their counts stay (a wave that goes
-    on rolling back halts again)."""
+    on rolling back halts again). With the collector's store, budget slots a halt kept
+    from waiting devices are granted in the same statement."""
     with statements_lock(site.root):
         ref, stamp, rollout = site.statement(ref)
         if rollout.state != "halted":
             raise BuildError(f"rollout {rollout.id} is {rollout.state}, not halted")
         changed = replace(rollout, state="active", reason="")
+        if store is not None:
+            changed = with_grants(changed, store)
         signer.sign(site, ref, stamp, changed)
+        if store is not None:
+            record_grants(store, changed, now)
     return changed
 
 
@@ -196,7 +212,8 @@ def halt_if_over(site: Site, store: Store, signer: Signer, verdict: Verdict) -> 
     return reason
 
 
-def status(site: Site, store: Store, ref: str | None, now: int) -> dict[str, Any]:
+def status(site: Site, store: Store, ref: str | None, now: int, *,
+           holder_silent_after: int = HOLDER_SILENT_AFTER) -> dict[str, Any]:
     ref, stamp, rollout = site.statement(ref)
     counts = store.counts(rollout)
     waves = []
@@ -214,7 +231,9 @@ def status(site: Site, store: Store, ref: str | None, now: int) -> dict[str, Any
     return {"ref": ref, "rollout": rollout.id, "commit": rollout.commit,
             "state": rollout.state, "reason": rollout.reason, "statement_issued": stamp.issued,
             "statement_expires": stamp.expires, "waves": waves,
-            "refused": store.refusals(), "duplicates": store.duplicates()}
+            "refused": store.refusals(), "duplicates": store.duplicates(),
+            "budget": budget_status(rollout, store, now, holder_silent_after),
+            "held": held_devices(rollout, store)}
 
 
 def status_text(report: dict[str, Any]) -> str:
@@ -230,6 +249,10 @@ def status_text(report: dict[str, Any]) -> str:
                      f"{wave['rolled_back']:>12} {wave['silent']:>7}")
         for check, count in sorted(wave["failed_checks"].items()):
             lines.append(f"       failed check ({count}): {check}")
+    lines.extend(budget_text(report.get("budget")))
+    for device in report.get("held", []):
+        lines.append(f"  held {device['machine_id']} (wave {device['wave']}): "
+                     f"{device['reason']}")
     refused = ", ".join(f"{k} {v}" for k, v in report["refused"].items()) or "none"
     lines.append(f"  refused verdicts: {refused}; resent or replayed copies of recorded "
                  f"ones: {report['duplicates']}")

@@ -12,7 +12,9 @@ request and has deadlines (`Limits`): complete request headers within `header_se
 connecting, the whole request within `request_seconds`; a client slower than that is
 dropped with one log line, as is one that hangs up (no traceback). A rolled-back verdict that takes
 its wave over the halt threshold halts the rollout there and then: the statement is
-re-signed as halted (builder/rollout/admin.py) before the device is answered. It speaks
+re-signed as halted (builder/rollout/admin.py) before the device is answered; so are the
+slots of a disruption budget, granted anew after each verdict (builder/rollout/budget.py).
+It speaks
 plain HTTP: verdicts are signed, so nobody can forge one, but they are not confidential;
 put a TLS reverse proxy in front of it where that matters (README).
 
@@ -36,6 +38,7 @@ from aiohttp import ClientConnectionResetError, ClientError, web
 from builder.core.errors import BuildError
 from builder.rollout import history
 from builder.rollout.admin import Signer, Site, halt_if_over, status
+from builder.rollout.budget import regrant
 from builder.rollout.console import Console
 from builder.rollout.guard import guarded
 from builder.rollout.store import MAX_VERDICTS, Store
@@ -67,10 +70,10 @@ class Collector:
         except Refused as refused:
             self.store.refuse(refused.reason)
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
+        rollout = self._rollout(verdict)
         try:
             new = self.store.record(verdict, enrolled_only=self.enrolled_only,
-                                    rollout=self._rollout(verdict),
-                                    max_verdicts=self.limits.max_verdicts)
+                                    rollout=rollout, max_verdicts=self.limits.max_verdicts)
         except Refused as refused:
             return refused.status, {"refused": refused.reason, "detail": refused.detail}
         answer: dict[str, Any] = {"recorded": new}
@@ -82,6 +85,12 @@ class Collector:
                                       rollout=verdict.rollout, action="halt", outcome="done",
                                       detail=reason, source="collector")
                 answer["halted"] = reason
+        if new and rollout is not None and rollout.budget is not None:
+            granted = regrant(self.site, self.store, self.signer, ref=verdict.ref,
+                              rollout_id=verdict.rollout)
+            if granted is not None and granted.budget is not None:
+                self.log(f"rollout {granted.id}: budget slots now "
+                         f"{dict(granted.budget.grants) or 'none'}")
         return (201 if new else 200), answer
 
     def _rollout(self, verdict: Verdict) -> Rollout | None:

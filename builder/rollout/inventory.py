@@ -6,7 +6,9 @@ verdict the collector received (`never` for a device enrolled ahead of any). The
 version is read from that verdict: a green one booted the new version; a device that
 greenboot rolled back, or that has offered, downloaded or staged the new one, still runs
 the version it came from. A rolled-back device is never shown on the version it tried
-(flightctl's users were shown such devices as up to date: its PRs #2470, #3477).
+(flightctl's users were shown such devices as up to date: its PRs #2470, #3477). A device
+whose newest verdict says it is held (a window, or the rollout's disruption budget) shows
+the reason and since when.
 """
 
 from __future__ import annotations
@@ -34,11 +36,14 @@ class Device:
     booted_version: str | None  # what it ran when it sent that verdict
     failed_check: str           # the health check that failed, for a rolled-back device
     silent: bool                # no verdict for longer than the threshold (or never)
+    held_reason: str = ""       # its newest verdict says a run of it is held, and why
+    held_since: int | None = None
 
 
 def inventory(store: Store, now: int, silent_after: int = SILENT_AFTER) -> list[Device]:
     last = {row[0]: row[1:] for row in store.db.execute(
         "SELECT machine_id, event, rollout, wave, version, from_version, failed_check, "
+        "held_reason, held_since, "
         "(SELECT max(received) FROM verdicts AS r WHERE r.machine_id = v.machine_id) "
         "FROM verdicts AS v WHERE seq = (SELECT max(seq) FROM verdicts AS s "
         "WHERE s.machine_id = v.machine_id)")}
@@ -50,12 +55,13 @@ def inventory(store: Store, now: int, silent_after: int = SILENT_AFTER) -> list[
             devices.append(Device(machine, _labels(labels), bool(enrolled), first_seen, None,
                                   None, None, None, None, "", silent=True))
             continue
-        event, rollout, wave, version, from_version, failed, received = found
+        event, rollout, wave, version, from_version, failed, held, since, received = found
         booted = version if event == "green" else from_version
         devices.append(Device(machine, _labels(labels), bool(enrolled), first_seen, received,
                               event, rollout, wave, booted or None,
                               failed if event == "rolled-back" else "",
-                              silent=now - received > silent_after))
+                              silent=now - received > silent_after, held_reason=held,
+                              held_since=since if held else None))
     return devices
 
 
@@ -77,7 +83,8 @@ def inventory_text(devices: list[Device], now: int) -> str:
         labels = ",".join(f"{k}={v}" for k, v in sorted(device.labels.items())) or "-"
         verdict = "-" if device.last_event is None else \
             f"{device.last_event} (wave {(device.wave or 0) + 1} of {device.rollout})" + \
-            (f": {device.failed_check}" if device.failed_check else "")
+            (f": {device.failed_check}" if device.failed_check else "") + \
+            (f", held: {device.held_reason}" if device.held_reason else "")
         contact = "never" if device.last_contact is None else \
             f"{_ago(now - device.last_contact)} ago"
         rows.append((device.machine_id, labels, device.booted_version or "?", verdict,

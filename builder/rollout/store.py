@@ -35,11 +35,21 @@ CREATE TABLE IF NOT EXISTS verdicts (
     time INTEGER NOT NULL, received INTEGER NOT NULL, ref TEXT NOT NULL,
     rollout TEXT NOT NULL, commit_id TEXT NOT NULL, wave INTEGER NOT NULL,
     event TEXT NOT NULL, from_commit TEXT NOT NULL, from_version TEXT NOT NULL,
-    version TEXT NOT NULL, boots INTEGER NOT NULL, failed_check TEXT NOT NULL);
+    version TEXT NOT NULL, boots INTEGER NOT NULL, failed_check TEXT NOT NULL,
+    held_reason TEXT NOT NULL DEFAULT '', held_since INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS verdicts_rollout ON verdicts (rollout, commit_id);
 CREATE INDEX IF NOT EXISTS verdicts_device ON verdicts (machine_id, rollout, commit_id);
 CREATE TABLE IF NOT EXISTS refusals (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS grants (
+    rollout TEXT NOT NULL, commit_id TEXT NOT NULL, machine_id TEXT NOT NULL,
+    granted INTEGER NOT NULL, PRIMARY KEY (rollout, commit_id, machine_id));
+CREATE TABLE IF NOT EXISTS notes (name TEXT PRIMARY KEY, text TEXT NOT NULL,
+    since INTEGER NOT NULL);
 """
+# Columns added since the first collector: (table, column, its definition).
+ADDED = (("devices", "labels", "TEXT"),
+         ("verdicts", "held_reason", "TEXT NOT NULL DEFAULT ''"),
+         ("verdicts", "held_since", "INTEGER NOT NULL DEFAULT 0"))
 REACHED = {  # a device's furthest event -> the columns of `rollout status` it counts in
     "offered": ("offered",), "downloaded": ("offered", "downloaded"),
     "staged": ("offered", "downloaded", "staged"),
@@ -75,9 +85,10 @@ class Store:
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA busy_timeout=10000")
             self.db.executescript(SCHEMA + history.SCHEMA)
-            columns = {row[1] for row in self.db.execute("PRAGMA table_info(devices)")}
-            if "labels" not in columns:  # a database of the collector before labels
-                self.db.execute("ALTER TABLE devices ADD COLUMN labels TEXT")
+            for table, column, definition in ADDED:  # a database of an older collector
+                columns = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+                if column not in columns:
+                    self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         except sqlite3.DatabaseError as exc:
             raise BuildError(f"{path}: not a rollout database ({exc})") from exc
         self.path = path
@@ -166,11 +177,11 @@ class Store:
             self.db.execute("UPDATE devices SET last_seq = ?, labels = ? WHERE machine_id = ?",
                             (verdict.seq, labels, verdict.machine_id))
         self.db.execute(
-            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (verdict.digest, verdict.machine_id, verdict.seq, verdict.time, int(time.time()),
              verdict.ref, verdict.rollout, verdict.commit, verdict.wave, verdict.event,
              verdict.from_commit, verdict.from_version, verdict.version, verdict.boots,
-             verdict.failed_check))
+             verdict.failed_check, verdict.held_reason, verdict.held_since))
         return True
 
     def counts(self, rollout: Rollout) -> list[WaveCounts]:
@@ -193,6 +204,18 @@ class Store:
                 key = failed or "unknown"
                 counts.failed_checks[key] = counts.failed_checks.get(key, 0) + 1
         return waves
+
+    def note(self, name: str, text: str | None, now: int) -> None:
+        """Keep (or with None, drop) a note the status shows, since its first `now`."""
+        if text is None:
+            self.db.execute("DELETE FROM notes WHERE name = ?", (name,))
+            return
+        self.db.execute("INSERT INTO notes VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+                        "text = excluded.text", (name, text, now))
+
+    def notes(self) -> dict[str, tuple[str, int]]:
+        return {name: (text, since) for name, text, since in
+                self.db.execute("SELECT name, text, since FROM notes")}
 
     def device_labels(self, machine_id: str) -> dict[str, str] | None:
         row = self.db.execute("SELECT labels FROM devices WHERE machine_id = ?",

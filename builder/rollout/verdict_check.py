@@ -13,7 +13,8 @@ a wave that has not opened, or that the device's place and labels do not put it 
 never counted, so never a halt), too-many (over the per-device limit of verdicts for one
 rollout: 429). A verdict identical to one already recorded (a device resending after an
 answer it did not get, or anyone replaying it) is answered 200, changes nothing, and is
-counted as a duplicate.
+counted as a duplicate. A verdict may say the device is held (`held`: a reason and since
+when, builder/updater/fleet.py); one without it (an older updater's) is not held.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from builder.core.bounded_json import BadDocument, Doc, parse
 from builder.updater.index import CHECKSUM
+from builder.updater.rollout_rules import LABEL_RE
 from builder.updater.verdicts import EVENTS, MAX_VERDICT, VERDICT_FORMAT
-from builder.updater.waves import ID_RE, LABEL_RE, Rollout, wave_of
+from builder.updater.waves import ID_RE, Rollout, wave_of
 
 STATUS = {"malformed": 400, "too-large": 413, "forged": 403, "foreign-device": 403,
           "foreign-labels": 403, "unknown-device": 403, "replayed": 409,
@@ -39,6 +41,7 @@ STATUS = {"malformed": 400, "too-large": 413, "forged": 403, "foreign-device": 4
 MACHINE_ID = 64   # characters at most (systemd's are 32 hex digits)
 DEPTH = 3         # an envelope is flat; a payload holds one object (labels)
 MAX_LABELS = 32
+MAX_HELD = 512    # characters of a hold's reason
 
 
 class Refused(Exception):
@@ -70,6 +73,8 @@ class Verdict:
     labels: tuple[tuple[str, str], ...]   # the device's labels, as it reports them
     public_key: str       # PEM, as sent
     digest: str           # sha256 of the whole body: what makes a resend identical
+    held_reason: str = ""  # why a run of the device held, while it waits ("": it does not)
+    held_since: int = 0    # when that hold began (device clock, seconds)
 
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
@@ -125,7 +130,8 @@ def _verdict(payload: Any, pem: str, digest: str) -> Verdict:
     if not isinstance(payload, dict):
         raise Refused("malformed", "the payload is not an object")
     fields: dict[str, Any] = {name: payload.get(name) for name in Verdict.__dataclass_fields__
-                              if name not in ("public_key", "digest", "labels")}
+                              if name not in ("public_key", "digest", "labels", "held_reason",
+                                              "held_since")}
     text = ("machine_id", "ref", "rollout", "commit", "event", "from_commit",
             "from_version", "version", "failed_check")
     numbers = ("seq", "time", "wave", "boots")
@@ -142,8 +148,23 @@ def _verdict(payload: Any, pem: str, digest: str) -> Verdict:
         raise Refused("malformed", "rollout or commit is not an id")
     if fields["wave"] > 1000 or fields["boots"] > 1000:
         raise Refused("malformed", "wave or boots out of range")
+    reason, since = _held(payload.get("held"))
     return Verdict(public_key=pem, digest=digest, labels=_labels(payload.get("labels")),
-                   **fields)
+                   held_reason=reason, held_since=since, **fields)
+
+
+def _held(value: Any) -> tuple[str, int]:
+    """The hold a verdict reports (none from a device of an older updater, or one that
+    is not held): its reason, at most MAX_HELD characters, and when it began."""
+    if value is None:
+        return "", 0
+    if not isinstance(value, dict) or set(value) != {"reason", "since"} or \
+            not _text(value["reason"], MAX_HELD) or not value["reason"] or \
+            not isinstance(value["since"], int) or isinstance(value["since"], bool) or \
+            not 0 <= value["since"] < 2 ** 62:
+        raise Refused("malformed", f"held is not {{\"reason\": text of at most {MAX_HELD} "
+                                   "characters, \"since\": seconds}")
+    return value["reason"], value["since"]
 
 
 def _labels(value: Any) -> tuple[tuple[str, str], ...]:
@@ -175,9 +196,9 @@ def check_wave(rollout: Rollout, verdict: Verdict) -> None:
                                     f"not in wave {number + 1}")
 
 
-def _text(value: Any) -> bool:
-    """A string SQLite can store: at most 256 characters, no lone surrogate."""
-    if not isinstance(value, str) or len(value) > 256:
+def _text(value: Any, most: int = 256) -> bool:
+    """A string SQLite can store: at most `most` characters, no lone surrogate."""
+    if not isinstance(value, str) or len(value) > most:
         return False
     try:
         value.encode("utf-8")

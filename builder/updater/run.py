@@ -53,7 +53,8 @@ FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
 
 
 class Held(Exception):
-    """An update.yaml window is closed: the run stops here and says until when."""
+    """A window is closed, or the rollout's disruption budget has no slot for this device:
+    the run stops here, says why (and until when), and is no failure."""
 
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -136,11 +137,11 @@ class Run:
             commit = self._fetch(index, booted, remote, keyrings)
             if index is None and self._nothing_new(booted, commit, None):
                 return  # the summary's commit runs, was rolled back, or is staged: pulled again
-            self.fleet.event("downloaded")
             if not self.config.allow_downgrade:
                 apply.check_not_older(self.system, booted, commit)
-            self._gate("apply", self.config.apply_window)
+            self._downloaded(self._closed("apply") or self.fleet.budget_hold())
         except Held as held:
+            self.fleet.held(held.reason)
             self._set("held", held.reason, target=index.to_commit if index else "")
             self.log(f"held: {held.reason}")
             return
@@ -178,11 +179,30 @@ class Run:
         self.log(self.status.detail)
         return True
 
-    def _gate(self, what: str, window: Window | None) -> None:
-        """Go on only inside the update.yaml window for this work (download or apply)."""
-        reason = closed(window, what, self.config.now())
+    def _gate(self, what: str) -> None:
+        """Go on only inside the window for this work (download or apply)."""
+        reason = self._closed(what)
         if reason is not None:
             raise Held(reason)
+
+    def _closed(self, what: str) -> str | None:
+        """Why the `what` window is closed now, or None. The rollout's windows for this
+        device's label group come before update.yaml's (builder/updater/rollout_rules.py):
+        the admin who set them for this release meant them for it."""
+        group = self.fleet.windows()
+        window: Window | None = getattr(group, what) if group else None
+        if group is None or window is None:
+            return closed(getattr(self.config, f"{what}_window"), what, self.config.now())
+        reason = closed(window, what, group.now(self.config.now()))
+        return None if reason is None else f"{reason} (the rollout's, for {group.selector()})"
+
+    def _downloaded(self, hold: str | None) -> None:
+        """The target is here: say so (with the hold, when one keeps it from staging; the
+        collector grants budget slots to devices that downloaded), then stop if held."""
+        self.fleet.held(hold)
+        self.fleet.event("downloaded")
+        if hold is not None:
+            raise Held(hold)
 
     def _held(self, booted: Booted, target: str) -> bool:
         """The statement's rollout keeps this device where it is for now: nothing is
@@ -302,7 +322,7 @@ class Run:
                                 f"{self.config.staging_max_bytes}",
                                 hint="raise staging_max_bytes in /etc/microshift/update.yaml")
         if delta is None:
-            self._gate("download", self.config.download_window)
+            self._gate("download")
             self.method = "pull"
             self._set("downloading", f"ostree pull {remote}:{booted.ref}", method="pull",
                       target=index.to_commit if index else "")
@@ -316,7 +336,9 @@ class Run:
             return pulled
         self.method, self.delta = "delta-file", delta
         staged = self._download(index, delta, remote, booted)
-        self._gate("apply", self.config.apply_window)
+        hold = self._closed("apply")
+        if hold is not None:
+            self._downloaded(hold)
         self._set("applying", f"{delta.file}")
         self.log(f"applying {delta.file} offline")
         apply.apply_delta_file(self.system, staged, delta.to_commit, remote, keyrings,
@@ -343,7 +365,7 @@ class Run:
                         float(config.retry_delay_seconds), self.patience)
         download = Download(staging, url, delta, limits, self._progress)
         if not download.complete():
-            self._gate("download", config.download_window)
+            self._gate("download")
         self.transfer = download.transfer
         started = time.monotonic()
         self.log(f"downloading {url} ({delta.size} bytes"
@@ -373,10 +395,8 @@ class Run:
         if pending is None or pending == booted.checksum:
             self.log(f"no reboot: the next deployment is the booted {booted.checksum[:12]}")
             return
-        now = config.now()
-        for what, window in (("maintenance", config.maintenance_window),
-                             ("apply", config.apply_window)):
-            reason = closed(window, what, now)
+        for reason in (closed(config.maintenance_window, "maintenance", config.now()),
+                       self._closed("apply")):
             if reason is not None:
                 self.log(f"the reboot waits: {reason}")
                 return

@@ -8,7 +8,8 @@ refused as any replayed statement is:
     "rollout": {"id": "...", "commit": "<the head it rolls out>", "state": "active",
                 "reason": "", "waves": [{"name": "lab", "labels": {"site": "lab"},
                 "percent": null, "soak_seconds": 3600, "success_threshold": 95,
-                "halt_threshold": 20, "opened": 1767225600}, ...]}
+                "halt_threshold": 20, "opened": 1767225600}, ...],
+                "budget": {...}, "windows": [...]}     # optional: rollout_rules.py
 
 A wave selects devices by labels (every label of the wave matches the device's `labels:`
 in /etc/microshift/update.yaml) or by a cumulative share of the fleet: a device's place is
@@ -31,12 +32,12 @@ from typing import Any
 
 from builder.core.bounded_json import BadDocument, Doc
 from builder.updater.index import CHECKSUM, UpdateRefused
+from builder.updater.rollout_rules import LABEL_RE, Budget, GroupWindows, parse_rules
 
 STATES = ("active", "halted", "complete")
 STATE_RE = re.compile(f"^({'|'.join(STATES)})$")
 MAX_WAVES = 100
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 PLACE_SCALE = 2 ** 64
 
 
@@ -69,14 +70,23 @@ class Rollout:
     state: str = "active"
     reason: str = ""
     waves: tuple[Wave, ...] = field(default_factory=tuple)
+    budget: Budget | None = None          # builder/updater/rollout_rules.py
+    windows: tuple[GroupWindows, ...] = ()
 
     @property
     def open_count(self) -> int:
         return sum(1 for wave in self.waves if wave.opened is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "commit": self.commit, "state": self.state,
-                "reason": self.reason, "waves": [w.to_dict() for w in self.waves]}
+        document: dict[str, Any] = {"id": self.id, "commit": self.commit, "state": self.state,
+                                    "reason": self.reason,
+                                    "waves": [w.to_dict() for w in self.waves]}
+        # Written only when set: a statement without them reads as it did before them.
+        if self.budget is not None:
+            document["budget"] = self.budget.to_dict()
+        if self.windows:
+            document["windows"] = [entry.to_dict() for entry in self.windows]
+        return document
 
 
 def place(rollout_id: str, machine_id: str) -> float:
@@ -126,11 +136,12 @@ def parse_rollout(data: Any, what: str) -> Rollout:
             raise doc.fail("waves", "is empty; allowed: at least one wave")
         parsed = tuple(parse_wave(Doc(wave, what, f"rollout.waves[{n}]"))
                        for n, wave in enumerate(waves))
+        budget, windows = parse_rules(doc)
     except BadDocument as exc:
         raise UpdateRefused(str(exc)) from None
     if parsed[-1].percent != 100 or parsed[-1].labels:
         raise UpdateRefused(f"{what}: the last rollout wave is not 100%")
-    return Rollout(rollout_id, commit, state, reason, parsed)
+    return Rollout(rollout_id, commit, state, reason, parsed, budget, windows)
 
 
 def parse_wave(doc: Doc) -> Wave:

@@ -14,6 +14,7 @@ from builder.publish.rollout_statement import RolloutPlan, parse_waves, resign
 from builder.rollout.admin import Signer, Site
 from builder.updater.freshness import TIMESTAMP
 from builder.updater.index import UpdateRefused, verify_signature
+from builder.updater.rollout_rules import Budget
 from builder.updater.verdicts import DeviceKey, Outbox
 from builder.updater.waves import Rollout
 
@@ -23,12 +24,13 @@ T0 = 1_800_000_000   # the tests' clock: when wave 1 opened
 
 
 def make_site(root: Path, key: SigningKey, waves: str = "site=lab,50%", *,
-              soak: str = "1h", commit: str = COMMIT) -> Site:
+              soak: str = "1h", commit: str = COMMIT, budget: Budget | None = None) -> Site:
     """SITE/updates/REF/ with an index of `commit` and a statement carrying its rollout."""
     ref_dir = root / "updates" / REF
     ref_dir.mkdir(parents=True)
     (ref_dir / "index.json").write_text(json.dumps({"to_commit": commit}))
-    plan = RolloutPlan(parse_waves(waves, soak=soak, success=95, halt=20), "fleet-test")
+    plan = RolloutPlan(parse_waves(waves, soak=soak, success=95, halt=20), "fleet-test",
+                       budget)
     resign(Runner(), key, ref_dir, REF, validity=86400, rollout=plan.start(REF, commit, T0))
     return Site(root)
 
