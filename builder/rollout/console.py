@@ -187,7 +187,7 @@ class Console:
             elif name == "halt":
                 rollout = halt(self.site, self.signer, ref, reason or "halted from the console")
             else:
-                rollout = resume(self.site, self.signer, ref)
+                rollout = resume(self.site, self.signer, ref, self.store, now)
         except BuildError as exc:
             history.record_action(self.store.db, when=now, ref=ref or "", rollout="",
                                   action=name, outcome="refused", detail=str(exc),

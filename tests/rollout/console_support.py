@@ -121,6 +121,13 @@ class ConsolePage:
         found: list[Any] = self.driver.find_elements("css selector", css)
         return found
 
+    def text(self, css: str) -> str:
+        """The text of the first element `css` finds ("" for none), read in one script."""
+        found: str = self.driver.execute_script(
+            "const e = document.querySelector(arguments[0]); return e ? e.textContent : ''",
+            css)
+        return found
+
     def waves(self) -> list[dict[str, int]]:
         found: list[dict[str, int]] = self.driver.execute_script(READ_WAVES, self.ref,
                                                                  list(FIELDS))

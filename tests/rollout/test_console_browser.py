@@ -16,23 +16,33 @@ from typing import Any
 import pytest
 
 from builder.rollout.admin import Site
+from builder.updater.rollout_rules import Budget
 from builder.updater.waves import wave_of
 from tests.rollout.console_support import Api, ConsolePage, console
-from tests.rollout.support import REF, DeviceIdentity, devices, make_site, statement_verifies
+from tests.rollout.support import (
+    REF,
+    T0,
+    DeviceIdentity,
+    devices,
+    make_site,
+    statement_verifies,
+)
 from tests.support.browser import chromium, screenshot, wait_for
 from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
 CRAFTED = '<img src=x onerror="document.title=\'pwned\'">health: microshift not ready'
 LAB = 6
+LAB_LABELS = {"site": "lab"}
 
 
-def _send(api: Api, device: DeviceIdentity, wave: int, events: list[str],
-          **fields: Any) -> None:
+def _send(api: Api, device: DeviceIdentity, wave: int, events: list[str], *,
+          labels: dict[str, str] | None = None, **fields: Any) -> None:
+    """The device's verdicts; `fields` go into the last one."""
     for event in events:
-        extra = dict(fields) if event == "rolled-back" else {}
-        if wave:
-            extra["labels"] = {}
+        extra = dict(fields) if event == events[-1] else {}
+        if wave or labels is not None:
+            extra["labels"] = labels or {}
         code, _, answer = api.call("POST", "/verdicts", device.verdict(event, wave, **extra))
         assert code == 201, answer
 
@@ -109,3 +119,34 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
         overflow = driver.execute_script(
             "const d = document.documentElement; return d.scrollWidth - d.clientWidth")
         assert overflow <= 0, f"the page is {overflow} px wider than a phone's screen"
+
+
+def test_a_budget_and_a_stalled_one_are_on_the_page_with_the_held_devices(
+        tmp_path: Path, release_key: ReleaseKey) -> None:
+    """Budget of 1 per site: with the release key one lab device updates and one waits;
+    started without the key, the collector cannot grant and the page says the budget is
+    stalled and why (flightctl's budgets stalled silently: PR #892)."""
+    site = make_site(tmp_path / "site", release_key[0], "100%", budget=Budget("site", 1))
+    db = tmp_path / "rollout.db"
+    first, second, third = devices(tmp_path / "devices", 3)
+    held = {"reason": "disruption budget of site=lab full (1 of 1 updating)", "since": T0}
+    with chromium() as driver:
+        page = ConsolePage(driver, REF)
+        with console(site.root, db, release_key[0], tmp_path) as (_, api):
+            _send(api, first, 0, ["offered", "downloaded"], labels=LAB_LABELS)
+            _send(api, second, 0, ["offered", "downloaded"], labels=LAB_LABELS, held=held)
+            page.open(api.base)
+            group = wait_for(driver, lambda: page.text('.budget li[data-group="lab"]'),
+                             "the budget's lab group")
+            assert group == "site=lab: 1 of 1 updating, 1 waiting", group
+            assert "disruption budget of site=lab full" in \
+                page.text(f'.held li[data-machine-id="{second.machine_id}"]')
+            assert "disruption budget" in page.text(
+                f'tr[data-machine-id="{second.machine_id}"] td[data-field="held"]')
+        with console(site.root, db, None, tmp_path) as (_, api):
+            _send(api, third, 0, ["offered", "downloaded"], labels={"site": "line-2"})
+            page.open(api.base)
+            stalled = wait_for(driver, lambda: page.text(
+                '.budget li.stalled[data-group="line-2"]'), "the stalled group")
+            assert "stalled: 1 waiting with 1 free slots: no release key" in stalled, stalled
+            screenshot(driver, "console-budget-stalled")

@@ -133,6 +133,7 @@ function fillCard(entry, report, overview) {
   if (report.reason) parts.push(el("p", { class: "reason", "data-field": "reason", text: "Reason: " + report.reason }));
   parts.push(wavesTable(report, overview.now));
   if (report.budget) parts.push(budgetList(report.budget));
+  if (report.held && report.held.length) parts.push(heldList(report.held));
   const refused = Object.entries(report.refused).map(([k, v]) => k + " " + v).join(", ") || "none";
   parts.push(el("p", { class: "help", text: "Refused verdicts: " + refused + "; resent copies: " + report.duplicates }));
   entry.data.replaceChildren(...parts);
@@ -183,6 +184,14 @@ function budgetList(budget) {
     el("ul", {}, ...items));
 }
 
+function heldList(held) {
+  return el("div", { class: "held" },
+    el("h4", { text: "Held devices (" + held.length + ")" }),
+    el("ul", {}, ...held.map((device) => el("li", { "data-machine-id": device.machine_id },
+      el("code", { text: device.machine_id.slice(0, 12) }),
+      " wave " + device.wave + ": " + device.reason + " (since " + utc(device.since) + ")"))));
+}
+
 async function act(ref, name, reasonInput, forceInput) {
   const message = document.getElementById("message");
   const body = { ref };
@@ -224,7 +233,8 @@ function renderDevices(now, inventory) {
     const labels = Object.entries(device.labels).map(([k, v]) => k + "=" + v).join(", ");
     const haystack = [device.machine_id, labels, device.booted_version || ""].join(" ").toLowerCase();
     if (text && !haystack.includes(text)) continue;
-    if (wanted === "silent" ? !device.silent : wanted && deviceState(device) !== wanted) continue;
+    if (wanted === "silent" ? !device.silent : wanted === "held" ? !device.held_reason
+      : wanted && deviceState(device) !== wanted) continue;
     rows.push(el("tr", { "data-machine-id": device.machine_id, class: device.silent ? "silent" : null },
       el("td", {}, el("code", { text: device.machine_id })),
       el("td", { text: labels || "—" }),
@@ -233,7 +243,8 @@ function renderDevices(now, inventory) {
       el("td", { "data-field": "event", text: device.last_event || "—" }),
       el("td", { "data-field": "seen" }, ago(now, device.last_contact),
         device.silent ? el("strong", { class: "flag", text: " silent" }) : null),
-      el("td", { "data-field": "failed", text: device.failed_check || "" })));
+      el("td", { "data-field": "failed", text: device.failed_check || "" }),
+      el("td", { "data-field": "held", text: device.held_reason || "" })));
   }
   document.querySelector("#devices tbody").replaceChildren(...rows);
   document.getElementById("device-count").textContent = rows.length + " of " +
