@@ -38,12 +38,13 @@ class Device:
     silent: bool                # no verdict for longer than the threshold (or never)
     held_reason: str = ""       # its newest verdict says a run of it is held, and why
     held_since: int | None = None
+    failed_log: str = ""        # that check's last lines, as the device's greenboot saw them
 
 
 def inventory(store: Store, now: int, silent_after: int = SILENT_AFTER) -> list[Device]:
     last = {row[0]: row[1:] for row in store.db.execute(
         "SELECT machine_id, event, rollout, wave, version, from_version, failed_check, "
-        "held_reason, held_since, "
+        "held_reason, held_since, failed_log, "
         "(SELECT max(received) FROM verdicts AS r WHERE r.machine_id = v.machine_id) "
         "FROM verdicts AS v WHERE seq = (SELECT max(seq) FROM verdicts AS s "
         "WHERE s.machine_id = v.machine_id)")}
@@ -55,13 +56,14 @@ def inventory(store: Store, now: int, silent_after: int = SILENT_AFTER) -> list[
             devices.append(Device(machine, _labels(labels), bool(enrolled), first_seen, None,
                                   None, None, None, None, "", silent=True))
             continue
-        event, rollout, wave, version, from_version, failed, held, since, received = found
+        event, rollout, wave, version, from_version, failed, held, since, log, received = found
         booted = version if event == "green" else from_version
         devices.append(Device(machine, _labels(labels), bool(enrolled), first_seen, received,
                               event, rollout, wave, booted or None,
                               failed if event == "rolled-back" else "",
                               silent=now - received > silent_after, held_reason=held,
-                              held_since=since if held else None))
+                              held_since=since if held else None,
+                              failed_log=log if event == "rolled-back" else ""))
     return devices
 
 

@@ -36,7 +36,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     rollout TEXT NOT NULL, commit_id TEXT NOT NULL, wave INTEGER NOT NULL,
     event TEXT NOT NULL, from_commit TEXT NOT NULL, from_version TEXT NOT NULL,
     version TEXT NOT NULL, boots INTEGER NOT NULL, failed_check TEXT NOT NULL,
-    held_reason TEXT NOT NULL DEFAULT '', held_since INTEGER NOT NULL DEFAULT 0);
+    held_reason TEXT NOT NULL DEFAULT '', held_since INTEGER NOT NULL DEFAULT 0,
+    failed_log TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS verdicts_rollout ON verdicts (rollout, commit_id);
 CREATE INDEX IF NOT EXISTS verdicts_device ON verdicts (machine_id, rollout, commit_id);
 CREATE TABLE IF NOT EXISTS refusals (reason TEXT PRIMARY KEY, count INTEGER NOT NULL);
@@ -49,7 +50,8 @@ CREATE TABLE IF NOT EXISTS notes (name TEXT PRIMARY KEY, text TEXT NOT NULL,
 # Columns added since the first collector: (table, column, its definition).
 ADDED = (("devices", "labels", "TEXT"),
          ("verdicts", "held_reason", "TEXT NOT NULL DEFAULT ''"),
-         ("verdicts", "held_since", "INTEGER NOT NULL DEFAULT 0"))
+         ("verdicts", "held_since", "INTEGER NOT NULL DEFAULT 0"),
+         ("verdicts", "failed_log", "TEXT NOT NULL DEFAULT ''"))
 REACHED = {  # a device's furthest event -> the columns of `rollout status` it counts in
     "offered": ("offered",), "downloaded": ("offered", "downloaded"),
     "staged": ("offered", "downloaded", "staged"),
@@ -177,11 +179,15 @@ class Store:
             self.db.execute("UPDATE devices SET last_seq = ?, labels = ? WHERE machine_id = ?",
                             (verdict.seq, labels, verdict.machine_id))
         self.db.execute(
-            "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verdicts (digest, machine_id, seq, time, received, ref, rollout, "
+            "commit_id, wave, event, from_commit, from_version, version, boots, failed_check, "
+            "held_reason, held_since, failed_log) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (verdict.digest, verdict.machine_id, verdict.seq, verdict.time, int(time.time()),
              verdict.ref, verdict.rollout, verdict.commit, verdict.wave, verdict.event,
              verdict.from_commit, verdict.from_version, verdict.version, verdict.boots,
-             verdict.failed_check, verdict.held_reason, verdict.held_since))
+             verdict.failed_check, verdict.held_reason, verdict.held_since,
+             verdict.failed_log))
         return True
 
     def counts(self, rollout: Rollout) -> list[WaveCounts]:

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from builder.core.bounded_json import BadDocument, Doc, parse
 from builder.updater.index import CHECKSUM
+from builder.updater.outcome import MAX_LOG
 from builder.updater.rollout_rules import LABEL_RE
 from builder.updater.verdicts import EVENTS, MAX_VERDICT, VERDICT_FORMAT
 from builder.updater.waves import ID_RE, Rollout, wave_of
@@ -75,6 +76,7 @@ class Verdict:
     digest: str           # sha256 of the whole body: what makes a resend identical
     held_reason: str = ""  # why a run of the device held, while it waits ("": it does not)
     held_since: int = 0    # when that hold began (device clock, seconds)
+    failed_log: str = ""   # the failed check's last lines, for a rolled-back verdict
 
     def label_map(self) -> dict[str, str]:
         return dict(self.labels)
@@ -131,7 +133,7 @@ def _verdict(payload: Any, pem: str, digest: str) -> Verdict:
         raise Refused("malformed", "the payload is not an object")
     fields: dict[str, Any] = {name: payload.get(name) for name in Verdict.__dataclass_fields__
                               if name not in ("public_key", "digest", "labels", "held_reason",
-                                              "held_since")}
+                                              "held_since", "failed_log")}
     text = ("machine_id", "ref", "rollout", "commit", "event", "from_commit",
             "from_version", "version", "failed_check")
     numbers = ("seq", "time", "wave", "boots")
@@ -149,8 +151,13 @@ def _verdict(payload: Any, pem: str, digest: str) -> Verdict:
     if fields["wave"] > 1000 or fields["boots"] > 1000:
         raise Refused("malformed", "wave or boots out of range")
     reason, since = _held(payload.get("held"))
+    log = payload.get("failed_log", "")   # none from a device of an older updater
+    if not isinstance(log, str) or len(log) > MAX_LOG or \
+            not all(line.isprintable() for line in log.split("\n")):
+        raise Refused("malformed", f"failed_log is not lines of printable text, at most "
+                                   f"{MAX_LOG} characters")
     return Verdict(public_key=pem, digest=digest, labels=_labels(payload.get("labels")),
-                   held_reason=reason, held_since=since, **fields)
+                   held_reason=reason, held_since=since, failed_log=log, **fields)
 
 
 def _held(value: Any) -> tuple[str, int]:

@@ -7,13 +7,15 @@ this. greenboot then adds to it through two hooks of the microshift-update packa
     /usr/lib/greenboot/red.d/50-microshift-update-note.sh     `microshift-update note red`
     /usr/lib/greenboot/green.d/50-microshift-update-note.sh   `microshift-update note green`
 
-red.d runs after every failed boot: on the new release, it notes the boot and the health
-check that failed (the first line of MicroShift's check failure log). green.d runs after a
-healthy boot: on the new release, the update is green; on another deployment while the new
-one is no longer staged, greenboot has rolled it back. The next updater run turns the notes
-into the signed verdict (builder/updater/verdicts.py) and removes the file; when a hook did
-not run (a device without greenboot's hooks, a crash), the run infers the same from what
-is booted and what is staged, only without the boots and the failed check.
+red.d runs after every failed boot: on the new release, it notes the boot, the health
+check that failed (the first line of MicroShift's check failure log) and the log's last
+LOG_LINES lines (what failed to start, in the check's words), for the admin's console.
+green.d runs after a healthy boot: on the new release, the update is green; on another
+deployment while the new one is no longer staged, greenboot has rolled it back. The next
+updater run turns the notes into the signed verdict (builder/updater/verdicts.py) and
+removes the file; when a hook did not run (a device without greenboot's hooks, a crash),
+the run infers the same from what is booted and what is staged, only without the boots and
+the failed check.
 
 Device side: Python 3.9, standard library only.
 """
@@ -33,6 +35,9 @@ OUTCOME = "outcome.json"
 FAILURE_LOG = "run/microshift-greenboot/healthcheck-failure.log"
 BOOT_ID = "proc/sys/kernel/random/boot_id"
 VERDICT = re.compile(r"^(|green|rolled-back)$")
+LOG_LINES = 10      # of the failure log, each cut at LINE_CHARS: what a verdict carries
+LINE_CHARS = 200
+MAX_LOG = LOG_LINES * (LINE_CHARS + 1)
 
 
 @dataclass
@@ -50,10 +55,12 @@ class Outcome:
     def payload(self, verdict: str, machine_id: str) -> dict[str, Any]:
         boots = len(self.red_boots) + (1 if verdict == "green" else 0)
         failed = self.red_boots[-1]["check"] if self.red_boots else ""
+        log = self.red_boots[-1].get("log", "") if self.red_boots else ""
         return {"machine_id": machine_id, "ref": self.ref, "rollout": self.rollout,
                 "commit": self.target, "wave": self.wave, "event": verdict,
                 "from_commit": self.from_commit, "from_version": self.from_version,
-                "version": self.target_version, "boots": boots, "failed_check": failed}
+                "version": self.target_version, "boots": boots, "failed_check": failed,
+                **({"failed_log": log} if log else {})}
 
 
 class OutcomeFile:
@@ -81,7 +88,9 @@ def _outcome_document(data: Any) -> Outcome:
     for number, entry in enumerate(doc.array("red_boots", required=False, max_items=1000)):
         boot = Doc(entry, OUTCOME, f"red_boots[{number}]")
         boots.append({"boot": boot.text("boot", max_length=256),
-                      "check": boot.text("check", max_length=1024)})
+                      "check": boot.text("check", max_length=1024),
+                      "log": boot.text("log", required=False, default="",
+                                       max_length=MAX_LOG)})
     verdict = doc.text("verdict", required=False, default="", pattern=VERDICT,
                        allowed="'', green or rolled-back")
     return Outcome(wave=doc.integer("wave", 0, 1000), red_boots=boots, verdict=verdict, **text)
@@ -99,7 +108,8 @@ def note(outcome: Outcome, kind: str, root: Path, booted: str, pending: str | No
         if any(entry.get("boot") == boot for entry in outcome.red_boots):
             return False
         outcome.red_boots.append({"boot": boot,
-                                  "check": _first_line(root / FAILURE_LOG) or "unknown"})
+                                  "check": _first_line(root / FAILURE_LOG) or "unknown",
+                                  "log": _last_lines(root / FAILURE_LOG)})
         return True
     if pending != outcome.target:
         # The new release neither runs nor waits to boot: greenboot rolled it back (the
@@ -119,6 +129,20 @@ def settled(outcome: Outcome, booted: str, pending: str | None) -> str | None:
     if pending != outcome.target:
         return "rolled-back"
     return None
+
+
+def _last_lines(path: Path) -> str:
+    """The log's last LOG_LINES non-empty lines, each cut at LINE_CHARS characters, with
+    what is not printable (escape sequences) made '?'."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(0, path.stat().st_size - 64 * 1024))
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()][-LOG_LINES:]
+    return "\n".join("".join(c if c.isprintable() else "?" for c in line)[:LINE_CHARS]
+                     for line in lines)
 
 
 def _first_line(path: Path) -> str:

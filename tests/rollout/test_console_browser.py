@@ -10,6 +10,7 @@ process, real GPG and openssl."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,8 @@ from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
 CRAFTED = '<img src=x onerror="document.title=\'pwned\'">health: microshift not ready'
+FAILED_LOG = "timed out after 300s waiting for: the API server\n" \
+    "microshift.service: Main process exited, code=exited, status=1/FAILURE"
 LAB = 6
 LAB_LABELS = {"site": "lab"}
 
@@ -69,14 +72,17 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
             _send(api, device, 0, ["offered", "downloaded", "staged", "green"])
         _send(api, lab[4], 0, ["offered", "downloaded", "staged"])
         _send(api, lab[3], 0, ["offered", "downloaded", "staged", "rolled-back"],
-              failed_check=CRAFTED, boots=3)
+              failed_check=CRAFTED, boots=3, failed_log=FAILED_LOG)
         _send(api, lab[5], 0, ["offered", "downloaded"])
         page.wait_agrees(site.root, db, "the counts of wave 1")
         assert page.waves()[0] == {"offered": 6, "downloaded": 6, "staged": 5,
                                           "green": 3, "rolled_back": 1, "silent": 2}
-        failed = page.one(f'tr[data-machine-id="{lab[3].machine_id}"] '
-                             'td[data-field="failed"]')
-        assert failed.text == CRAFTED
+        row = f'tr[data-machine-id="{lab[3].machine_id}"]'
+        assert page.text(f"{row} summary") == CRAFTED          # the log folded under it
+        page.one(f"{row} summary").click()
+        assert page.text(f'{row} [data-field="failed-log"]') == FAILED_LOG
+        time.sleep(2.5)   # a re-render keeps what the admin unfolded
+        assert driver.execute_script(f"return document.querySelector('{row} details').open")
         assert driver.title == "Fleet console" and not page.all("#devices img")
         screenshot(driver, "console-wave-1")
 

@@ -92,6 +92,11 @@ def test_a_bad_release_halts_after_wave_1_and_later_waves_download_nothing(
     store = Store(db)
     boots = store.db.execute("SELECT boots FROM verdicts WHERE event = 'rolled-back'")
     assert [row[0] for row in boots] == [3] * len(lab)
+    # ...and the failure log's last lines, which the console unfolds under the check.
+    logs = [row[0] for row in store.db.execute(
+        "SELECT failed_log FROM verdicts WHERE event = 'rolled-back'")]
+    assert len(logs) == len(lab) and all(
+        log.startswith("timed out after 3s waiting for: ") for log in logs), logs
     store.close()
     _record("bad-release", fleet, report)
 

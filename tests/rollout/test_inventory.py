@@ -21,6 +21,7 @@ from tests.support.keys import ReleaseKey
 
 pytestmark = pytest.mark.integration
 CHECK = "40-microshift-running-check.sh"
+LOG = "timed out after 300s waiting for: the API server\nmicroshift.service: start failed"
 
 
 def _fleet(tmp_path: Path, release_key: ReleaseKey) -> tuple[Path, list[str]]:
@@ -36,7 +37,8 @@ def _fleet(tmp_path: Path, release_key: ReleaseKey) -> tuple[Path, list[str]]:
               (staged, ["offered", "downloaded", "staged"])]
     for device, sequence in events:
         for event in sequence:
-            fields = {"failed_check": CHECK, "boots": 3} if event == "rolled-back" else {}
+            fields = {"failed_check": CHECK, "boots": 3, "failed_log": LOG} \
+                if event == "rolled-back" else {}
             assert collector.take(device.verdict(event, **fields))[0] == 201
     collector.store.enroll(quiet.machine_id, quiet.outbox.key.public_pem(), {"site": "lab"})
     collector.store.close()
@@ -53,6 +55,7 @@ def test_the_inventory_tells_what_each_device_runs(tmp_path: Path, release_key: 
     assert found[green]["booted_version"] == "2.0" and found[green]["last_event"] == "green"
     assert (found[rolled_back]["booted_version"], found[rolled_back]["last_event"],
             found[rolled_back]["failed_check"]) == ("1.0", "rolled-back", CHECK)
+    assert found[rolled_back]["failed_log"] == LOG and found[green]["failed_log"] == ""
     assert found[staged]["booted_version"] == "1.0" and found[staged]["last_event"] == "staged"
     assert found[quiet]["last_contact"] is None and found[quiet]["enrolled"] is True
     assert [d["silent"] for d in report["devices"]].count(True) == report["silent"] == 1
@@ -91,3 +94,16 @@ def test_a_missing_database_or_threshold_out_of_range_is_one_line(
         run_cli("rollout", "devices", "--db", tmp_path / "x.db", "--silent-after", "-1")
     assert caught.value.code == 2
     assert "-1 is not between 0 and 8760 hours" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("log", ["\x1b[2J cleared the admin's terminal", "x" * 3000, 42])
+def test_a_failure_log_that_is_not_short_printable_lines_is_refused(
+        tmp_path: Path, release_key: ReleaseKey, log: object) -> None:
+    key, _ = release_key
+    collector = Collector(make_site(tmp_path / "site", key), Store(tmp_path / "rollout.db"),
+                          signer(key), False, lambda line: None)
+    [device] = devices(tmp_path, 1)
+    code, answer = collector.take(device.verdict("rolled-back", failed_log=log))
+    assert (code, answer["refused"]) == (400, "malformed")
+    assert "failed_log is not lines of printable text" in answer["detail"]
+    assert collector.store.verdict_count() == 0

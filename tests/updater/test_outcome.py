@@ -45,6 +45,19 @@ def test_three_red_boots_then_the_fallback_is_a_rollback_with_the_check(tmp_path
     assert (payload["event"], payload["boots"]) == ("rolled-back", 3)
     assert payload["failed_check"] == "timed out after 3s waiting for: the API"
     assert (payload["from_commit"], payload["version"], payload["wave"]) == (OLD, "2.0", 1)
+    # The last lines of the failure log go with it, for the admin's console.
+    assert payload["failed_log"] == "timed out after 3s waiting for: the API\nmore detail"
+
+
+def test_the_failure_logs_last_lines_are_kept_short_and_printable(tmp_path: Path) -> None:
+    outcome = _outcome()
+    _boot(tmp_path, "boot-1", "timed out after 2s waiting for: the API")
+    lines = [f"line {n} \x1b[31mred\x1b[0m " + "x" * 300 for n in range(40)]
+    (tmp_path / FAILURE_LOG).write_text("timed out\n" + "\n".join(lines) + "\n")
+    assert note(outcome, "red", tmp_path, booted=NEW, pending=None)
+    log = outcome.payload("rolled-back", "m1")["failed_log"].split("\n")
+    assert len(log) == 10 and log[0].startswith("line 30 ") and log[-1].startswith("line 39 ")
+    assert all(len(line) == 200 and line.isprintable() and "\x1b" not in line for line in log)
 
 
 def test_a_green_boot_after_a_red_one_counts_both(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@
 const POLL_MS = 2000;
 const TOKEN_KEY = "fleet-console-token";
 const EVENTS = ["offered", "downloaded", "staged", "green", "rolled_back", "silent"];
-const state = { overview: null, devices: null, cards: new Map(), busy: false };
+// openLogs: the devices whose failure log the admin unfolded, kept across re-renders.
+const state = { overview: null, devices: null, cards: new Map(), busy: false, openLogs: new Set() };
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -225,6 +226,19 @@ function deviceState(device) {
   return device.last_event;
 }
 
+function failedCell(device) {
+  if (!device.failed_check) return "";
+  if (!device.failed_log) return device.failed_check;
+  const details = el("details", { open: state.openLogs.has(device.machine_id) },
+    el("summary", { text: device.failed_check }),
+    el("pre", { class: "log", "data-field": "failed-log", text: device.failed_log }));
+  details.addEventListener("toggle", () => {
+    if (details.open) state.openLogs.add(device.machine_id);
+    else state.openLogs.delete(device.machine_id);
+  });
+  return details;
+}
+
 function renderDevices(now, inventory) {
   const text = document.getElementById("filter-text").value.trim().toLowerCase();
   const wanted = document.getElementById("filter-state").value;
@@ -243,7 +257,7 @@ function renderDevices(now, inventory) {
       el("td", { "data-field": "event", text: device.last_event || "—" }),
       el("td", { "data-field": "seen" }, ago(now, device.last_contact),
         device.silent ? el("strong", { class: "flag", text: " silent" }) : null),
-      el("td", { "data-field": "failed", text: device.failed_check || "" }),
+      el("td", { "data-field": "failed" }, failedCell(device)),
       el("td", { "data-field": "held", text: device.held_reason || "" })));
   }
   document.querySelector("#devices tbody").replaceChildren(...rows);
