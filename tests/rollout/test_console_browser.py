@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from selenium.webdriver.common.keys import Keys
 
 from builder.rollout.admin import Site
 from builder.updater.rollout_rules import Budget
@@ -77,6 +78,14 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
         page.wait_agrees(site.root, db, "the counts of wave 1")
         assert page.waves()[0] == {"offered": 6, "downloaded": 6, "staged": 5,
                                           "green": 3, "rolled_back": 1, "silent": 2}
+        bar = page.one('tr[data-wave="1"] .bar')
+        assert bar.get_attribute("aria-label") == "wave 1: 6 offered, 6 downloaded, " \
+            "5 staged, 3 green, 1 rolled back"
+        widths = driver.execute_script(
+            "return [...arguments[0].children].map(e => [e.className, e.style.width])", bar)
+        assert widths == [["part part-green", "50%"], ["part part-rolled-back", "16.6667%"],
+                          ["part part-staged", "16.6667%"],
+                          ["part part-downloaded", "16.6667%"]], widths
         row = f'tr[data-machine-id="{lab[3].machine_id}"]'
         assert page.text(f"{row} summary") == CRAFTED          # the log folded under it
         page.one(f"{row} summary").click()
@@ -97,9 +106,15 @@ def test_the_console_shows_and_steers_a_rollout_of_20_devices(
         page.wait_agrees(site.root, db, "the counts of wave 2")
         assert page.waves()[1]["offered"] == sum(w == 1 for w in placed.values())
 
-        # Halt, with a reason: the statement is signed halted, the page says so.
-        page.one('article input[name="reason"]').send_keys("line 3 cameras dropped")
-        assert "halt done" in page.click("halt")
+        # Halt, with a reason, from the keyboard (type, Tab to the button, Enter): the
+        # statement is signed halted, the page says so.
+        driver.execute_script("document.getElementById('message').textContent = ''")
+        page.one('article input[name="reason"]').send_keys("line 3 cameras dropped",
+                                                           Keys.TAB)
+        assert driver.switch_to.active_element.get_attribute("data-action") == "halt"
+        driver.switch_to.active_element.send_keys(Keys.ENTER)
+        assert "halt done" in wait_for(driver, lambda: page.text("#message").startswith(
+            "halt done") and page.text("#message"), "the halt's answer")
         statement = Site(site.root).statement(REF)[2]
         assert (statement.state, statement.reason) == ("halted", "line 3 cameras dropped")
         assert statement_verifies(site, release_key[1])

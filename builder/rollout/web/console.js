@@ -156,8 +156,7 @@ function wavesTable(report, now) {
     const soak = !wave.open ? "not open"
       : wave.soaked_seconds >= wave.soak_seconds ? "soaked"
       : duration(wave.soak_seconds - wave.soaked_seconds) + " left";
-    const bar = el("progress", { max: Math.max(wave.offered, 1), value: wave.green,
-      "aria-label": "wave " + wave.wave + ": " + wave.green + " of " + wave.offered + " green" });
+    const bar = progressBar(wave);
     for (const [check, n] of Object.entries(wave.failed_checks)) {
       failures.push(el("li", { text: "wave " + wave.wave + ": " + n + " × " + check }));
     }
@@ -165,7 +164,7 @@ function wavesTable(report, now) {
       el("th", { scope: "row" }, wave.wave + ". " + wave.name,
         el("div", { class: "help", text: wave.selector + " · green ≥ " + wave.success_threshold +
           "% · halt > " + wave.halt_threshold + "%" })),
-      el("td", {}, bar, el("div", { class: "help", text: wave.green + " of " + wave.offered })),
+      el("td", {}, bar, el("div", { class: "help", text: wave.green + " of " + wave.offered + " green" })),
       el("td", { "data-field": "soak", text: soak }),
       ...EVENTS.map((name) => el("td", { class: "count", "data-field": name, text: wave[name] })));
   });
@@ -173,6 +172,28 @@ function wavesTable(report, now) {
     el("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "waves of " + report.ref },
       el("table", { class: "waves" }, el("thead", {}, head), el("tbody", {}, ...rows))),
     failures.length ? el("ul", { class: "failed", "aria-label": "failed health checks" }, ...failures) : null);
+}
+
+// One bar per wave, of the devices offered: green, rolled back, staged (not judged yet),
+// downloaded (not staged yet), the rest offered only. The numbers are in the row's cells
+// and in the bar's label; the colours only repeat them.
+function progressBar(wave) {
+  const total = Math.max(wave.offered, 1);
+  const parts = [["green", wave.green], ["rolled-back", wave.rolled_back],
+    ["staged", wave.staged - wave.green - wave.rolled_back],
+    ["downloaded", wave.downloaded - wave.staged]];
+  const label = "wave " + wave.wave + ": " + wave.offered + " offered, " + wave.downloaded +
+    " downloaded, " + wave.staged + " staged, " + wave.green + " green, " + wave.rolled_back +
+    " rolled back";
+  const bar = el("div", { class: "bar", role: "img", "aria-label": label, title: label });
+  for (const [name, count] of parts) {
+    if (count > 0) {
+      const part = el("span", { class: "part part-" + name });
+      part.style.width = (100 * count / total) + "%";
+      bar.append(part);
+    }
+  }
+  return bar;
 }
 
 function budgetList(budget) {
