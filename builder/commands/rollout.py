@@ -64,23 +64,7 @@ def register(sub: Any) -> None:
            signs=True).set_defaults(func=cmd_resume)
     serve = action("serve", "the collector devices POST their verdicts to", signs=True,
                    ref=False)
-    serve.add_argument("--listen", default="127.0.0.1:8480", metavar="HOST:PORT",
-                       help="where to listen (default 127.0.0.1:8480; port 0: any free one)")
-    serve.add_argument("--enrolled-only", action="store_true",
-                       help="take verdicts of enrolled devices only (`rollout enroll`)")
-    _limit_options(serve)
-    serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
-                       help="drop a client whose request headers are not whole by then "
-                            "(default 10)")
-    serve.add_argument("--request-timeout", type=_seconds, default=30.0, metavar="SECONDS",
-                       help="drop a client whose request is not whole by then (default 30)")
-    serve.add_argument("--admin-token-file", type=Path, metavar="FILE",
-                       help="the console's actions (advance, halt, resume) need this token "
-                            "(a private file; without it the console is read-only)")
-    serve.add_argument("--viewer-token-file", type=Path, metavar="FILE",
-                       help="the console's read-only pages need this token (or the admin's); "
-                            "without it they are open to whoever reaches --listen")
-    serve.set_defaults(func=cmd_serve)
+    _serve_options(serve)
     collect = action("collect", "take verdict files (a site's outbox on a USB stick)",
                      signs=True, ref=False)
     collect.add_argument("paths", nargs="+", type=Path, metavar="PATH",
@@ -105,6 +89,26 @@ def register(sub: Any) -> None:
                         help="pin a label of the device (repeat for each; its labels: in "
                              "update.yaml); without any, its first verdict pins them")
     enroll.set_defaults(func=cmd_enroll)
+
+
+def _serve_options(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--listen", default="127.0.0.1:8480", metavar="HOST:PORT",
+                       help="where to listen (default 127.0.0.1:8480; port 0: any free one)")
+    serve.add_argument("--enrolled-only", action="store_true",
+                       help="take verdicts of enrolled devices only (`rollout enroll`)")
+    _limit_options(serve)
+    serve.add_argument("--header-timeout", type=_seconds, default=10.0, metavar="SECONDS",
+                       help="drop a client whose request headers are not whole by then "
+                            "(default 10)")
+    serve.add_argument("--request-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+                       help="drop a client whose request is not whole by then (default 30)")
+    serve.add_argument("--admin-token-file", type=Path, metavar="FILE",
+                       help="the console's actions (advance, halt, resume) need this token "
+                            "(a private file; without it the console is read-only)")
+    serve.add_argument("--viewer-token-file", type=Path, metavar="FILE",
+                       help="the console's read-only pages need this token (or the admin's); "
+                            "without it they are open to whoever reaches --listen")
+    serve.set_defaults(func=cmd_serve)
 
 
 def _status_options(status: argparse.ArgumentParser) -> None:
