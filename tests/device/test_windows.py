@@ -8,7 +8,6 @@ Integration tier (root: the simulated device makes a network namespace)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from pathlib import Path
 
@@ -19,20 +18,13 @@ from builder.device.updater_run import UpdateOptions, run_updater
 from builder.publish.offline import offline_name
 from tests.device.site import SIM, booted_device, status, updates
 from tests.support import requires
+from tests.support.windows import CLOSED, OPEN
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("booting the simulated device makes a network namespace"),
               pytest.mark.usefixtures("deletable_sysroots")]
 
 
-def _window(start_hours: float, end_hours: float) -> str:
-    """A daily window from now + start to now + end, in UTC."""
-    now = dt.datetime.now(dt.UTC)
-    start, end = (now + dt.timedelta(hours=h) for h in (start_hours, end_hours))
-    return f"{start:%H:%M}-{end:%H:%M}"
-
-
-OPEN, CLOSED = _window(-2, 2), _window(3, 5)
 
 
 def _config(**windows: str) -> dict[str, object]:
@@ -73,7 +65,7 @@ def test_downloaded_at_night_staged_in_the_apply_window_without_fetching_it_agai
     assert not any(staging.glob("*"))
 
 
-def test_a_staged_update_reboots_only_inside_the_apply_window(pair: UpdatePair,
+def test_a_staged_update_reboots_only_inside_the_applywindow(pair: UpdatePair,
                                                                tmp_path: Path) -> None:
     device = booted_device(pair, tmp_path)
     report, _ = run_updater(device, pair.repo, UpdateOptions(

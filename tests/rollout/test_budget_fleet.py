@@ -44,20 +44,13 @@ from tests.rollout.fleet import (
     update,
 )
 from tests.support import requires
+from tests.support.windows import CLOSED, OPEN
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("booting the simulated devices makes network namespaces"),
               pytest.mark.usefixtures("deletable_sysroots")]
 
 
-def _window(start_hours: float, end_hours: float) -> str:
-    """A daily window from now + start to now + end, in UTC."""
-    now = dt.datetime.now(dt.UTC)
-    start, end = (now + dt.timedelta(hours=h) for h in (start_hours, end_hours))
-    return f"{start:%H:%M}-{end:%H:%M}"
-
-
-OPEN, CLOSED = _window(-2, 2), _window(3, 5)
 
 
 def _start(pair: UpdatePair, repo: Path, plan: RolloutPlan) -> None:
