@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from builder.bootc.sample_images import SampleImages, build_sample_images
 from builder.device.boot import boot, script_env
-from builder.device.commits import UpdatePair
+from builder.device.commits import UpdatePair, sample_version
 from builder.device.health_server import ApiServer
-from builder.device.images import SampleImages, build_sample_images
 from builder.device.sysroot import Device
 from tests.device.site import booted_device
 from tests.device.test_scenarios import make_ctx
@@ -34,7 +34,9 @@ pytestmark = [pytest.mark.integration,
 def images(pair: UpdatePair, tmp_path_factory: pytest.TempPathFactory) -> SampleImages:
     requires.need_tools("zstd")
     build = tmp_path_factory.mktemp("images")
-    return build_sample_images(make_ctx(build), pair, build / "out")
+    ctx = make_ctx(build)
+    return build_sample_images(ctx, pair.repo, (pair.v1, pair.v2),
+                               (sample_version(ctx, 1), sample_version(ctx, 2)), build / "out")
 
 
 def bootc(device: Device, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
-"""The image-mode side of the device simulation: the SAMPLE commits v1 and v2 as bootc
-container images in one OCI layout, the v1 -> v2 image delta, and what a site publishes for
-image-mode devices' updaters:
+"""For the device simulation's image mode (tests/device/test_image_mode.py): two SAMPLE
+commits as bootc container images in one OCI layout, the v1 -> v2 image delta, and what a
+site publishes for image-mode devices' updaters:
 
     updates/IMAGE_REF/index.json{,.sig}       the signed index: to_commit is the new image's
                                               manifest digest (hex), `image` its delta files
@@ -32,12 +32,12 @@ from builder.bootc.tree import CommitTree
 from builder.context import Context
 from builder.core.files import write_atomic
 from builder.core.signing import SigningKey, ensure_sample_key, sign_detached, stop_agent
-from builder.device.commits import UpdatePair, sample_version
 from builder.publish.offline import INDEX_FORMAT
 from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
 IMAGE_REF = "sample/device-sim/x86_64/image"
+SAMPLE_REFERENCE = "registry.sample/microshift/device-sim"   # what the policy scopes
 DELTA_SUFFIX = ".oci-delta.tar"
 
 
@@ -56,13 +56,17 @@ class SampleImages:
         return self.layout.parent / f"image-{name}"
 
 
-def build_sample_images(ctx: Context, pair: UpdatePair, out: Path) -> SampleImages:
+def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
+                        versions: tuple[str, str], out: Path) -> SampleImages:
+    """v1 and v2 (`commits` of the archive `repo`, with their `versions`) as images, the
+    delta between them and the signed index (the build directory's SAMPLE key)."""
     layout = Layout(out / "layout")
     layout.init()
     plan: LayerPlan | None = None
     digests: list[str] = []
-    for number, commit in enumerate((pair.v1, pair.v2), start=1):
-        manifest, plan = _image(ctx, layout, pair.repo, commit, plan, number=number)
+    for number, commit in enumerate(commits, start=1):
+        manifest, plan = _image(ctx, layout, repo, commit, plan,
+                                version=versions[number - 1], created=number)
         digests.append(manifest.digest)
         _single(layout, manifest, out / f"image-v{number}")
     v1, v2 = digests
@@ -77,7 +81,7 @@ def build_sample_images(ctx: Context, pair: UpdatePair, out: Path) -> SampleImag
     key = ensure_sample_key(ctx.runner, ctx.progress, ctx.layout.sample_gpg_home,
                             ctx.release.source_date_epoch)
     try:
-        publish_index(ctx, key, updates, v1, v2, delta_file=delta_file)
+        publish_index(ctx, key, updates, v1, v2, delta_file=delta_file, version=versions[1])
     finally:
         stop_agent(ctx.runner, key.homedir)
     return SampleImages(layout.root, v1, v2, updates, delta_file, changed, report)
@@ -88,11 +92,11 @@ def delta_name(old: str, new: str) -> str:
 
 
 def publish_index(ctx: Context, key: SigningKey, updates: Path, old: str, new: str, *,
-                  delta_file: Path) -> None:
+                  delta_file: Path, version: str) -> None:
     data = delta_file.read_bytes()
     index = {"format": INDEX_FORMAT, "ref": IMAGE_REF, "to_commit": new[len("sha256:"):],
-             "to_version": sample_version(ctx, 2), "files": [],
-             "image": {"manifest": new, "deltas": [{
+             "to_version": version, "files": [],
+             "image": {"reference": SAMPLE_REFERENCE, "manifest": new, "deltas": [{
                  "file": delta_file.name, "from_manifest": old, "bytes": len(data),
                  "sha256": hashlib.sha256(data).hexdigest()}]}}
     write_atomic(updates / "index.json", json.dumps(index, indent=2, sort_keys=True) + "\n")
@@ -114,7 +118,7 @@ def pack_layout(layout: Path, dest: Path) -> None:
 
 
 def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: LayerPlan | None,
-           *, number: int) -> tuple[Blob, LayerPlan]:
+           *, version: str, created: int) -> tuple[Blob, LayerPlan]:
     tree = CommitTree(repo, commit, ctx.runner)
     nodes = image_tree(tree.nodes(), tree, BootcOptions())
     plan = plan_layers(groups(nodes, {}), previous)
@@ -126,11 +130,11 @@ def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: Laye
         members = [node for name in names for node in by_group.get(name, [])]
         if members:
             blobs.append(layout.write_layer(members, lambda n: content(tree, n)))
-    created = time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                            time.gmtime(ctx.release.source_date_epoch + number))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                          time.gmtime(ctx.release.source_date_epoch + created))
     labels = {"containers.bootc": "1", "ostree.bootable": "1",
-              "org.opencontainers.image.version": sample_version(ctx, number)}
-    config = layout.put_json({"architecture": "amd64", "os": "linux", "created": created,
+              "org.opencontainers.image.version": version}
+    config = layout.put_json({"architecture": "amd64", "os": "linux", "created": stamp,
                               "config": {"Labels": labels},
                               "rootfs": {"type": "layers",
                                          "diff_ids": [b.diff_id for b in blobs]}})
