@@ -31,7 +31,13 @@ from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Blob, Layout
 from builder.bootc.tree import CommitTree
 from builder.context import Context
 from builder.core.files import write_atomic
-from builder.core.signing import SigningKey, ensure_sample_key, sign_detached, stop_agent
+from builder.core.signing import (
+    SAMPLE_PUBLIC_KEY,
+    SigningKey,
+    ensure_sample_key,
+    sign_detached,
+    stop_agent,
+)
 from builder.publish.offline import INDEX_FORMAT
 from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
@@ -50,6 +56,7 @@ class SampleImages:
     delta_file: Path
     changed_layer_bytes: int  # the gzip'ed layers v2 has and v1 lacks: a pull's cost
     delta_report: dict[str, Any]
+    public_key: Path          # what the device's policy trusts (signedBy keyPath)
 
     def single(self, name: str) -> Path:
         """A layout holding only image `name` (v1 or v2), as `bootc switch` reads one."""
@@ -84,7 +91,8 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
         publish_index(ctx, key, updates, v1, v2, delta_file=delta_file, version=versions[1])
     finally:
         stop_agent(ctx.runner, key.homedir)
-    return SampleImages(layout.root, v1, v2, updates, delta_file, changed, report)
+    return SampleImages(layout.root, v1, v2, updates, delta_file, changed, report,
+                        key.homedir / SAMPLE_PUBLIC_KEY)
 
 
 def delta_name(old: str, new: str) -> str:
