@@ -48,7 +48,7 @@ STANDIN_DIR = Path(__file__).parent / "standins"
 
 # Stand-ins the booted root's scripts find first on PATH (builder/device/standins/).
 STANDINS = {name: (STANDIN_DIR / name).read_text()
-            for name in ("systemctl", "grub2-editenv", "vgs")}
+            for name in ("systemctl", "grub2-editenv", "vgs", "bootc")}
 
 @dataclass(frozen=True)
 class BootReport:

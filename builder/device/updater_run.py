@@ -137,6 +137,10 @@ def run_updater(device: Device, repo: Path, options: UpdateOptions
             server = RepoServer(repo, latency=options.link.latency,
                                 updates=updates_dir(repo) or repo / ".no-updates")
         stack.enter_context(server)
+        if options.config.get("mode") == "image":
+            # An image-mode device has no ostree remote to find updates/ beside.
+            base = server.url.rstrip("/").rsplit("/", 1)[0]
+            _write_config(root, {"updates_url": f"{base}/updates/"})
         device.runner.run(["ostree", f"--repo={device.repo.path}", "config", "set",
                            f'remote "{REMOTE}".url', server.url])
         server.cut_delta_at(_cut_points(root, repo, options))

@@ -23,8 +23,8 @@ from builder.updater.freshness import (
     date_text,
     parse_timestamp,
 )
+from builder.updater.image_run import ImageRun
 from builder.updater.index import (
-    CHECKSUM,
     INDEX,
     SIGNATURE,
     DeltaFile,
@@ -37,28 +37,20 @@ from builder.updater.index import (
 )
 from builder.updater.outcome import Outcome
 from builder.updater.pull import pull
-from builder.updater.state import DamagedState, write_atomic
-from builder.updater.status import STATE_DIR, Status, StatusFile
+from builder.updater.run_state import (
+    ROLLED_BACK,
+    STAGED,
+    STAGING,
+    Held,
+    _check_space,
+    read_commits,
+    read_staged,
+)
+from builder.updater.state import write_atomic
+from builder.updater.status import Status, StatusFile
 from builder.updater.system import Booted, System
 from builder.updater.update_config import UpdateConfig
 from builder.updater.windows import Window, closed
-
-STAGING = STATE_DIR / "staging"
-ROLLED_BACK = "rolled-back"  # commits greenboot rolled back here, one per line
-# The commit this updater last staged, kept apart from the status: a later run killed on a
-# red boot (redboot reboots while it starts) writes "failed" over the status, and the run
-# after the rollback must still know what it staged, or it stages it again: a reboot loop.
-STAGED = "staged"
-FREE_MARGIN = 64 * 1024 * 1024  # left free on /var beside a staged delta file
-
-
-class Held(Exception):
-    """A window is closed, or the rollout's disruption budget has no slot for this device:
-    the run stops here, says why (and until when), and is no failure."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Run:
@@ -114,6 +106,9 @@ class Run:
         return self.fleet.note(kind, booted.checksum, apply.pending(self.system))
 
     def _run(self) -> None:
+        if self.config.mode == "image":
+            ImageRun(self).execute()
+            return
         booted = self.system.booted()
         if self.system.boot_failed_health_checks():
             # greenboot found this boot unhealthy: it reboots, or rolls back, or waits for an
@@ -405,33 +400,5 @@ class Run:
         self.system.runner.run(["systemctl", "reboot"])
 
 
-def read_commits(path: Path) -> list[str]:
-    """A state file of commit checksums, one a line (`rolled-back`, `staged`)."""
-    try:
-        words = path.read_text().split()
-    except FileNotFoundError:
-        return []
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DamagedState(path, getattr(exc, "strerror", None) or str(exc)) from None
-    if any(not CHECKSUM.match(word) for word in words):
-        raise DamagedState(path, "a line is not a commit checksum")
-    return words
-
-
-def _check_space(staging: Path, delta: DeltaFile) -> None:
-    staging.mkdir(parents=True, exist_ok=True)
-    part = staging / (delta.file + ".part")
-    have = part.stat().st_size if part.is_file() else 0
-    free = shutil.disk_usage(staging).free
-    if free - FREE_MARGIN < delta.size - have:
-        raise BuildError(f"{staging}: {free} bytes free, the delta file needs "
-                         f"{delta.size - have} more (and {FREE_MARGIN} left free)",
-                         hint="free space on /var")
-
-
-def read_staged(path: Path) -> str | None:
-    """The commit this updater last staged, or None when it has staged none."""
-    words = read_commits(path)
-    if len(words) > 1:
-        raise DamagedState(path, "more than one commit checksum")
-    return words[0] if words else None
+__all__ = ["ROLLED_BACK", "STAGED", "STAGING", "Held", "Run", "read_commits",
+           "read_staged"]

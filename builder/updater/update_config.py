@@ -34,6 +34,8 @@ URL_RE = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 UPDATES_URL_RE = re.compile(r"^(https?://[^\s/]+(/\S*)?|file:///\S*)$")
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
 MAX_LABELS = 32
+MODES = ("ostree", "image")
+IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*$")
 GIB = 1024 ** 3
 LIMITS = {  # key: (default, minimum, maximum, allowed text)
     "max_bytes_per_second": (0, 0, 10 * GIB, "0 (no cap) or bytes per second"),
@@ -66,6 +68,8 @@ class UpdateConfig:
     allow_downgrade: bool = False
     collector_url: str = ""   # where verdicts are POSTed ("": left in the outbox)
     labels: tuple[tuple[str, str], ...] = ()   # matched by rollout waves with labels
+    mode: str = "ostree"      # "image": a bootc device, updated by image (image_run.py)
+    image_ref: str = ""       # image mode: the updates/REF/ its signed index is under
 
     def now(self) -> dt.datetime:
         """The time the windows are read in."""
@@ -114,12 +118,19 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
               "a time zone of the tz database (e.g. Europe/Madrid, UTC), or empty for the "
               "device's local time")
     downgrade = top.get("allow_downgrade", bool, False)
+    mode = top.check("mode", top.get("mode", str, "ostree"), lambda m: m in MODES,
+                     "ostree or image")
+    image_ref = top.get("image_ref", str, "")
+    top.check("image_ref", image_ref, lambda r: r == "" or IMAGE_REF_RE.match(r),
+              "the ref of the image's updates (letters, digits, '.', '_', '-', '/')")
+    if mode == "image" and not (image_ref and url):
+        raise top.error("mode", "image needs image_ref and updates_url; allowed: both set")
     top.close()
     return UpdateConfig(remote=remote, updates_url=url.rstrip("/") + "/" if url else "",
                         reboot=reboot, allow_downgrade=downgrade, time_zone=zone,
                         maintenance_window=maintenance, download_window=download,
                         apply_window=apply, collector_url=collector, labels=labels,
-                        **numbers)
+                        mode=mode, image_ref=image_ref, **numbers)
 
 
 def _labels(top: Fields) -> tuple[tuple[str, str], ...]:

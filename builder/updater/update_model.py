@@ -7,12 +7,13 @@ The device reads the file with builder.updater.update_config (standard library a
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StringConstraints, model_validator
 
 from builder.core.models import Model, refuse
 from builder.updater.update_config import (
+    IMAGE_REF_RE,
     LABEL_RE,
     LIMITS,
     MAX_LABELS,
@@ -63,6 +64,11 @@ class UpdateDocument(Model):
     collector_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
         "where the device POSTs its signed rollout verdicts; empty: they wait in "
         "/var/lib/microshift-update/outbox for `rollout collect`"))
+    mode: Literal["ostree", "image"] = Field("ostree", description=(
+        "image: a bootc (image-mode) device, updated by image delta; needs image_ref and "
+        "updates_url"))
+    image_ref: str = Field("", pattern=f"{IMAGE_REF_RE.pattern}|^$", description=(
+        "image mode: the ref its signed index is published under (updates/REF/)"))
     labels: dict[Label, Label] = Field(default_factory=dict, max_length=MAX_LABELS,
                                        description="this device's labels, matched by rollout "
                                                    "waves that select devices by label")
@@ -74,6 +80,9 @@ class UpdateDocument(Model):
             if text and parse_window(text).start == parse_window(text).end:
                 raise refuse(f"{text!r} is empty; allowed: a window whose start and end "
                              "differ", at=key)
+        if self.mode == "image" and not (self.image_ref and self.updates_url):
+            raise refuse("image needs image_ref and updates_url; allowed: both set",
+                         at="mode")
         if self.time_zone and not known_zone(self.time_zone):
             raise refuse(f"{self.time_zone!r} is not in the tz database", at="time_zone")
         return self

@@ -1,0 +1,165 @@
+"""For the device simulation's image mode (tests/device/test_image_mode.py): two SAMPLE
+commits as bootc container images in one OCI layout, the v1 -> v2 image delta, and what a
+site publishes for image-mode devices' updaters:
+
+    updates/IMAGE_REF/index.json{,.sig}       the signed index: to_commit is the new image's
+                                              manifest digest (hex), `image` its delta files
+    updates/IMAGE_REF/timestamp.json{,.sig}   the signed statement that the index is current
+    updates/IMAGE_REF/FROM-TO.oci-delta.tar   the delta layout (builder/bootc/image_delta.py)
+                                              as one file: downloaded with HTTP ranges and
+                                              resumed after cuts, as ostree's delta files are
+
+The images are made as the bootc stage makes them (builder/bootc/image.py: the commit's
+tree with bootc's layout, layers planned by group, the second image keeping the first one's
+plan); the sample commits have no rpm database, so the groups are by directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.bootc.image import BootcOptions, content, image_tree
+from builder.bootc.image_delta import write_image_delta
+from builder.bootc.layers import LayerPlan, groups, plan_layers
+from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Blob, Layout
+from builder.bootc.tree import CommitTree
+from builder.context import Context
+from builder.core.files import write_atomic
+from builder.core.signing import (
+    SAMPLE_PUBLIC_KEY,
+    SigningKey,
+    ensure_sample_key,
+    sign_detached,
+    stop_agent,
+)
+from builder.publish.offline import INDEX_FORMAT
+from builder.publish.statement_signing import sign_timestamp
+from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
+
+IMAGE_REF = "sample/device-sim/x86_64/image"
+SAMPLE_REFERENCE = "registry.sample/microshift/device-sim"   # what the policy scopes
+DELTA_SUFFIX = ".oci-delta.tar"
+
+
+@dataclass(frozen=True)
+class SampleImages:
+    layout: Path              # both images; oci:LAYOUT:v1 and :v2 name them
+    v1: str                   # manifest digests
+    v2: str
+    updates: Path             # updates/IMAGE_REF/
+    delta_file: Path
+    changed_layer_bytes: int  # the gzip'ed layers v2 has and v1 lacks: a pull's cost
+    delta_report: dict[str, Any]
+    public_key: Path          # what the device's policy trusts (signedBy keyPath)
+
+    def single(self, name: str) -> Path:
+        """A layout holding only image `name` (v1 or v2), as `bootc switch` reads one."""
+        return self.layout.parent / f"image-{name}"
+
+
+def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
+                        versions: tuple[str, str], out: Path) -> SampleImages:
+    """v1 and v2 (`commits` of the archive `repo`, with their `versions`) as images, the
+    delta between them and the signed index (the build directory's SAMPLE key)."""
+    layout = Layout(out / "layout")
+    layout.init()
+    plan: LayerPlan | None = None
+    digests: list[str] = []
+    for number, commit in enumerate(commits, start=1):
+        manifest, plan = _image(ctx, layout, repo, commit, plan,
+                                version=versions[number - 1], created=number)
+        digests.append(manifest.digest)
+        _single(layout, manifest, out / f"image-v{number}")
+    v1, v2 = digests
+    had = {entry["digest"] for entry in layout.read_json(v1)["layers"]}
+    changed = sum(entry["size"] for entry in layout.read_json(v2)["layers"]
+                  if entry["digest"] not in had)
+    report = write_image_delta(layout, v1, v2, out / "delta", ctx.runner)
+    updates = out / "updates" / IMAGE_REF
+    updates.mkdir(parents=True, exist_ok=True)
+    delta_file = updates / delta_name(v1, v2)
+    pack_layout(out / "delta", delta_file)
+    key = ensure_sample_key(ctx.runner, ctx.progress, ctx.layout.sample_gpg_home,
+                            ctx.release.source_date_epoch)
+    try:
+        publish_index(ctx, key, updates, v1, v2, delta_file=delta_file, version=versions[1])
+    finally:
+        stop_agent(ctx.runner, key.homedir)
+    return SampleImages(layout.root, v1, v2, updates, delta_file, changed, report,
+                        key.homedir / SAMPLE_PUBLIC_KEY)
+
+
+def delta_name(old: str, new: str) -> str:
+    return f"{old[len('sha256:'):]}-{new[len('sha256:'):]}{DELTA_SUFFIX}"
+
+
+def publish_index(ctx: Context, key: SigningKey, updates: Path, old: str, new: str, *,
+                  delta_file: Path, version: str) -> None:
+    data = delta_file.read_bytes()
+    index = {"format": INDEX_FORMAT, "ref": IMAGE_REF, "to_commit": new[len("sha256:"):],
+             "to_version": version, "files": [],
+             "image": {"reference": SAMPLE_REFERENCE, "manifest": new, "deltas": [{
+                 "file": delta_file.name, "from_manifest": old, "bytes": len(data),
+                 "sha256": hashlib.sha256(data).hexdigest()}]}}
+    write_atomic(updates / "index.json", json.dumps(index, indent=2, sort_keys=True) + "\n")
+    sign_detached(ctx.runner, key, updates / "index.json", ctx.release.source_date_epoch)
+    sign_timestamp(ctx.runner, key, updates, IMAGE_REF, DEFAULT_VALIDITY_SECONDS)
+
+
+def pack_layout(layout: Path, dest: Path) -> None:
+    """The delta layout as one uncompressed tar (its blobs are compressed already), members
+    sorted and dated 0: the same delta gives the same file."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in sorted(p for p in layout.rglob("*") if p.is_file()):
+            info = tar.gettarinfo(str(path), path.relative_to(layout).as_posix())
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with path.open("rb") as handle:
+                tar.addfile(info, handle)
+    tmp.replace(dest)
+
+
+def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: LayerPlan | None,
+           *, version: str, created: int) -> tuple[Blob, LayerPlan]:
+    tree = CommitTree(repo, commit, ctx.runner)
+    nodes = image_tree(tree.nodes(), tree, BootcOptions())
+    plan = plan_layers(groups(nodes, {}), previous)
+    by_group: dict[str, list[Any]] = {}
+    for group in groups(nodes, {}):
+        by_group[group.name] = [n for n in nodes if n.path in set(group.paths)]
+    blobs = []
+    for _, names in plan.layers():
+        members = [node for name in names for node in by_group.get(name, [])]
+        if members:
+            blobs.append(layout.write_layer(members, lambda n: content(tree, n)))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                          time.gmtime(ctx.release.source_date_epoch + created))
+    labels = {"containers.bootc": "1", "ostree.bootable": "1",
+              "org.opencontainers.image.version": version}
+    config = layout.put_json({"architecture": "amd64", "os": "linux", "created": stamp,
+                              "config": {"Labels": labels},
+                              "rootfs": {"type": "layers",
+                                         "diff_ids": [b.diff_id for b in blobs]}})
+    manifest = layout.put_json({"schemaVersion": 2, "mediaType": MANIFEST,
+                                "config": config.descriptor(CONFIG),
+                                "layers": [b.descriptor(LAYER) for b in blobs]})
+    return manifest, plan
+
+
+def _single(layout: Layout, manifest: Blob, dest: Path) -> None:
+    """A layout of one image, its blobs hard-linked from the shared one."""
+    single = Layout(dest)
+    single.init()
+    document = layout.read_json(manifest.digest)
+    for digest in [manifest.digest, document["config"]["digest"],
+                   *(entry["digest"] for entry in document["layers"])]:
+        target = single.blob_path(digest)
+        if not target.exists():
+            target.hardlink_to(layout.blob_path(digest))
+    single.write_index([manifest.descriptor(MANIFEST)])
