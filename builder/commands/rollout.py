@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,6 +74,10 @@ def register(sub: Any) -> None:
                          help="take verdicts of enrolled devices only")
     _limit_options(collect)
     collect.set_defaults(func=cmd_collect)
+    _inventory_actions(action)
+
+
+def _inventory_actions(action: Callable[..., argparse.ArgumentParser]) -> None:
     devices = action("devices", "every enrolled or reporting device: labels, booted version, "
                                 "last verdict and contact; silent ones flagged",
                      ref=False, site=False)
