@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from builder.core.errors import BuildError
+from builder.core.runner import find_tool
 from builder.device.boot import script_env
 from builder.device.grubenv import set_upgrade_counter
 from builder.device.netlink import SERVER_ADDR, ThrottledLink
@@ -43,6 +44,9 @@ class UpdateOptions:
     # (path pattern, behaviour, seconds between bytes): the server turns hostile there
     # (builder/device/repo_server.py `misbehave`)
     hostile: tuple[tuple[str, str, float], ...] = ()
+    # The device's clock for this run, seconds since the epoch (None: the real one). Set
+    # with libfaketime's `faketime`, which the updater and every tool it starts see alike.
+    clock: int | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,8 @@ def run_updater(device: Device, repo: Path, options: UpdateOptions
         for pattern, how, interval in options.hostile:
             server.misbehave(pattern, how, interval)
         wire0 = throttled.server_tx_bytes() if throttled else 0
+        if options.clock is not None:
+            prefix = [*prefix, find_tool("faketime") or "faketime", f"@{options.clock}"]
         report = _run(device, root, prefix, server)
         wire = throttled.server_tx_bytes() - wire0 if throttled else None
     report = _with_link(report, wire, options.link.rate_kbit if throttled else None)
