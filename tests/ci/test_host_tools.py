@@ -24,7 +24,10 @@ SCRIPT = ROOT / "ci" / "install-host-tools.sh"
 # What a minimal system (Debian minbase, Fedora's container base) has, plus git and python3,
 # which the README asks for, and the Python tools pip installs into the project's venv.
 BASE = {"bash", "sh", "cp", "dd", "true", "mount", "umount", "fallocate", "python3", "git",
-        "systemctl", "check-jsonschema"}
+        "systemctl", "check-jsonschema",
+        # Run by the updater on an image-mode device: RHEL's bootc there, the SAMPLE
+        # stand-in (builder/device/standins/bootc) on the simulated device; not a host tool.
+        "bootc"}
 # Names tests run on purpose to see a missing tool reported.
 ABSENT_ON_PURPOSE = re.compile(r"^(msb-)?no-such-tool")
 # Headers of the C and C++ standard libraries (gcc and g++ bring them).
