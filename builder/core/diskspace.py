@@ -22,6 +22,7 @@ from builder.core.errors import BuildError, ToolError
 from builder.core.progress import human_bytes
 
 MiB = 1024 * 1024
+ALMOST_FULL = 256 * 1024   # free bytes under which a tool's failure is taken as the disk's
 # What tools print when the disk is full: the kernel's strerror (rpm, cp, ostree, gpg),
 # sqlite's (the rpm database), EDQUOT's, and xorriso's own check before it writes.
 FULL_RE = re.compile(r"No space left on device|database or disk is full|Disk quota exceeded|"
@@ -52,22 +53,29 @@ def ensure_space(path: Path, needed: int, what: str) -> None:
                  "resumes where this one stopped")
 
 
-def is_disk_full(exc: BaseException) -> bool:
+def is_disk_full(exc: BaseException, build_dir: Path | None = None) -> bool:
     if isinstance(exc, OSError):
         return exc.errno in (errno.ENOSPC, errno.EDQUOT)
-    if isinstance(exc, ToolError):
-        return bool(FULL_RE.search(exc.stderr))
-    return False
+    tool = exc if isinstance(exc, ToolError) else exc.__cause__
+    if not isinstance(tool, ToolError):
+        return False
+    if FULL_RE.search(tool.stderr):
+        return True
+    # A helper of the tool that died of the full disk (gpg's agent, unable to write its
+    # socket or key files) leaves the tool only a broken connection to report: a tool's
+    # failure with next to nothing free in the build directory is the disk's.
+    return build_dir is not None and free_bytes(build_dir) < ALMOST_FULL
 
 
 def no_space_error(exc: BaseException, build_dir: Path, step: str) -> NoSpaceError | None:
     """The one-line error for a failure caused by a full disk; None for any other failure."""
-    if isinstance(exc, NoSpaceError) or not is_disk_full(exc):
+    if isinstance(exc, NoSpaceError) or not is_disk_full(exc, build_dir):
         return None
     doing = f" while {step}" if step else ""
     what = ""
-    if isinstance(exc, ToolError):
-        what = f" ({exc.argv[0]} failed)"
+    tool = exc if isinstance(exc, ToolError) else exc.__cause__
+    if isinstance(tool, ToolError):
+        what = f" ({tool.argv[0]} failed)"
     elif isinstance(exc, OSError) and exc.filename:
         what = f" (writing {exc.filename})"
     return NoSpaceError(

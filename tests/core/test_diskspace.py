@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.core.diskspace import NoSpaceError, ensure_space, free_bytes, no_space_error
-from builder.core.errors import ToolError
+from builder.core.errors import BuildError, ToolError
 from builder.core.progress import human_bytes
 from tests.support import requires
 from tests.support.cli import PROJECT_ROOT, RELEASE
@@ -36,6 +36,26 @@ def test_other_failures_are_left_alone(tmp_path: Path) -> None:
     full = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "f"))
     error = no_space_error(full, tmp_path, "write ISO")
     assert error is not None and f"(writing {tmp_path / 'f'})" in error.message
+
+
+@pytest.mark.integration
+def test_a_tool_whose_helper_died_of_the_full_disk_is_named_the_disks(
+        tmp_path: Path, tmpfs: Path) -> None:
+    """gpg on a full disk: its agent cannot write, and gpg reports only the broken
+    connection, wrapped in the caller's error. With next to nothing free that is the disk's;
+    with room left the same failure is left alone."""
+    try:
+        raise ToolError(["gpg", "--list-secret-keys"], 2,
+                        "gpg: error reading key: Connection reset by peer")
+    except ToolError as tool:
+        wrapped = BuildError("gpg could not list the keys: Connection reset by peer")
+        wrapped.__cause__ = tool
+    assert no_space_error(wrapped, tmp_path, "signing") is None
+    subprocess.run(["dd", "if=/dev/zero", f"of={tmpfs / 'fill'}", "bs=64k"],
+                   capture_output=True, check=False)     # until the disk is full
+    error = no_space_error(wrapped, tmpfs, "signing")
+    assert error is not None and error.message.startswith(f"no space left in {tmpfs}: ")
+    assert "while signing (gpg failed)" in error.message
 
 
 def test_ensure_space_refuses_what_cannot_fit(tmp_path: Path) -> None:
