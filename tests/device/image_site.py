@@ -50,18 +50,22 @@ def image_device(pair: UpdatePair, images: SampleImages, tmp_path: Path) -> Devi
 def site(images: SampleImages, tmp_path: Path) -> Path:
     """A copy of the published updates/ (which a test may tamper with) beside an empty
     repository: an image-mode device reads none."""
-    shutil.copytree(images.updates.parent.parent.parent.parent,
-                    tmp_path / "site/updates")
+    updates = images.updates
+    for _ in IMAGE_REF.split("/"):
+        updates = updates.parent
+    shutil.copytree(updates, tmp_path / "site/updates")
     subprocess.run(["ostree", f"--repo={tmp_path / 'site/repo'}", "init", "--mode=archive"],
                    check=True)
     return tmp_path / "site/repo"
 
 
-def trust(device: Device, images: SampleImages, scope: str = SAMPLE_REFERENCE) -> None:
-    """The release's policy and key in the device's /etc, as DIR/bootc/device/ ships them."""
+def trust(device: Device, images: SampleImages, scope: str = SAMPLE_REFERENCE,
+          key: Path | None = None) -> None:
+    """The release's policy and key (default: the sample images') in the device's /etc, as
+    DIR/bootc/device/ ships them."""
     root = device.state_dir / "root"
     (root / POLICY_KEY).parent.mkdir(parents=True, exist_ok=True)
-    (root / POLICY_KEY).write_bytes(images.public_key.read_bytes())
+    (root / POLICY_KEY).write_bytes((key or images.public_key).read_bytes())
     etc = root / "etc"
     policy = {"default": [{"type": "reject"}], "transports": {"docker": {scope: [
         {"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/" + POLICY_KEY}]}}}

@@ -20,7 +20,6 @@ from builder.bootc.sample_images import (
     IMAGE_REF,
     SAMPLE_REFERENCE,
     SampleImages,
-    pack_layout,
     publish_index,
 )
 from builder.core.runner import Runner
@@ -30,6 +29,7 @@ from builder.device.commits import UpdatePair, sample_version
 from builder.device.health_server import ApiServer
 from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
+from builder.publish.image_updates import pack_layout
 from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
 from tests.device.site import status
 from tests.device.test_scenarios import make_ctx
