@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,7 +60,9 @@ def delta_name(old: str, new: str) -> str:
 
 def pack_layout(layout: Path, dest: Path) -> None:
     """The delta layout as one uncompressed tar (its blobs are compressed already), members
-    sorted and dated 0: the same delta gives the same file."""
+    sorted and dated 0: the same delta gives the same file. It ends with the end-of-archive
+    blocks, without tarfile's padding to a 10 KiB record: on a small delta that padding was
+    up to a third of what crossed the device's link, and readers need only the two blocks."""
     tmp = dest.with_name(f".{dest.name}.tmp")
     with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in sorted(p for p in layout.rglob("*") if p.is_file()):
@@ -67,6 +70,8 @@ def pack_layout(layout: Path, dest: Path) -> None:
             info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
             with path.open("rb") as handle:
                 tar.addfile(info, handle)
+        end = tar.offset + 2 * tarfile.BLOCKSIZE
+    os.truncate(tmp, end)
     tmp.replace(dest)
 
 
