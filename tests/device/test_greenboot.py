@@ -305,6 +305,9 @@ def test_every_shipped_script_and_stand_in_is_shellcheck_clean(tmp_path: Path) -
     scripts = shell_scripts()
     assert len(scripts) == 5
     for name, text in STANDINS.items():
+        if text.startswith("#!/usr/bin/python3"):
+            compile(text, name, "exec")   # the SAMPLE bootc: Python, not for shellcheck
+            continue
         (tmp_path / name).write_text(text)
         scripts.append(tmp_path / name)
     proc = subprocess.run(["shellcheck", "--external-sources", f"--source-path={GREENBOOT}",

@@ -19,7 +19,7 @@ from builder.bootc.sample_images import IMAGE_REF, SampleImages
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import ensure_sample_key
-from builder.device.boot import BootReport
+from builder.device.boot import BootReport, boot
 from builder.device.commits import UpdatePair
 from builder.device.health_server import ApiServer, Health
 from builder.device.scenarios import boot_until_settled
@@ -27,7 +27,7 @@ from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateOptions, run_updater
 from builder.publish.rollout_statement import RolloutPlan, parse_waves
 from builder.rollout.admin import Signer, Site, start
-from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
+from tests.device.image_site import CONFIG, bootc, bootc_status, image_device, site, trust
 from tests.device.site import SIM, booted_device, status
 from tests.support import requires
 
@@ -120,3 +120,30 @@ def test_a_bad_image_is_rolled_back_by_bootc_and_never_staged_again(
         verdict["version"].endswith("sample.2")
     assert verdict["failed_check"].startswith("timed out after ")
     assert events["staged"]["from_version"] == verdict["from_version"]
+
+
+def test_an_admins_bootc_rollback_queues_the_previous_image_and_it_boots(
+        pair: UpdatePair, images: SampleImages, tmp_path: Path) -> None:
+    """bootc rollback on a healthy v2: v1 boots next (rollbackQueued), v2 stays the rollback;
+    a staged update is discarded by it, as bootc does."""
+    device = image_device(pair, images, tmp_path)
+    trust(device, images)
+    v1_deployment = device.deployments()[0]
+    _, v2_deployment = run_updater(device, site(images, tmp_path), UpdateOptions(config=CONFIG))
+    with ApiServer() as api:
+        assert boot(device, api, {}).deployment.id == v2_deployment.id
+    assert bootc(device, "rollback").returncode == 0
+    host = bootc_status(device)["status"]
+    assert host["rollbackQueued"] and host["staged"] is None
+    assert host["rollback"]["ostree"]["checksum"] == v1_deployment.checksum
+    assert [d.id for d in device.deployments()] == [v1_deployment.id, v2_deployment.id]
+    with ApiServer() as api:
+        assert boot(device, api, {}).deployment.id == v1_deployment.id
+    host = bootc_status(device)["status"]
+    assert host["booted"]["image"]["imageDigest"] == images.v1 and not host["rollbackQueued"]
+    assert bootc(device, "switch", "--transport", "oci", str(images.single("v2"))).returncode == 0
+    assert bootc_status(device)["status"]["staged"] is not None
+    assert bootc(device, "rollback").returncode == 0
+    host = bootc_status(device)["status"]
+    assert host["staged"] is None and host["booted"]["image"]["imageDigest"] == images.v1
+    assert v1_deployment.id in [d.id for d in device.deployments()]
