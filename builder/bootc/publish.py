@@ -52,7 +52,17 @@ def push_image(ctx: Context, built: BootcImage, options: PushOptions) -> Pushed:
                                    https=options.tls_verify)
             ctx.progress.info(f"SBOM attached: {repository}:{found_by}")
         write_device_files(ctx, repository, options)
+        record_push(ctx, built, repository, pushed.digest)
     return pushed
+
+
+def record_push(ctx: Context, built: BootcImage, repository: str, digest: str) -> None:
+    """The report says where the image went: `publish` names that reference in the index
+    image-mode devices read, as their containers policy scopes it."""
+    path = ctx.layout.bootc_report(built.image, built.arch)
+    report = json.loads(path.read_text())
+    report["pushed"] = {"reference": repository, "digest": digest}
+    write_atomic(path, json.dumps(report, indent=2, sort_keys=True) + "\n")
 
 
 def write_device_files(ctx: Context, repository: str, options: PushOptions) -> Path:

@@ -2,12 +2,9 @@
 commits as bootc container images in one OCI layout, the v1 -> v2 image delta, and what a
 site publishes for image-mode devices' updaters:
 
-    updates/IMAGE_REF/index.json{,.sig}       the signed index: to_commit is the new image's
-                                              manifest digest (hex), `image` its delta files
-    updates/IMAGE_REF/timestamp.json{,.sig}   the signed statement that the index is current
-    updates/IMAGE_REF/FROM-TO.oci-delta.tar   the delta layout (builder/bootc/image_delta.py)
-                                              as one file: downloaded with HTTP ranges and
-                                              resumed after cuts, as ostree's delta files are
+    updates/IMAGE_REF/   the signed index, its statement and the delta file, as `publish`
+                         writes them for a release's pushed images
+                         (builder/publish/image_updates.py)
 
 The images are made as the bootc stage makes them (builder/bootc/image.py: the commit's
 tree with bootc's layout, layers planned by group, the second image keeping the first one's
@@ -16,9 +13,6 @@ plan); the sample commits have no rpm database, so the groups are by directory.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,21 +24,24 @@ from builder.bootc.layers import LayerPlan, groups, plan_layers
 from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Blob, Layout
 from builder.bootc.tree import CommitTree
 from builder.context import Context
-from builder.core.files import write_atomic
 from builder.core.signing import (
     SAMPLE_PUBLIC_KEY,
     SigningKey,
     ensure_sample_key,
-    sign_detached,
     stop_agent,
 )
-from builder.publish.offline import INDEX_FORMAT
+from builder.publish.image_updates import (
+    ImageRelease,
+    delta_name,
+    image_ref,
+    pack_layout,
+    write_image_index,
+)
 from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
-IMAGE_REF = "sample/device-sim/x86_64/image"
+IMAGE_REF = image_ref("sample/device-sim/x86_64/edge")   # the sample commits' ostree ref's
 SAMPLE_REFERENCE = "registry.sample/microshift/device-sim"   # what the policy scopes
-DELTA_SUFFIX = ".oci-delta.tar"
 
 
 @dataclass(frozen=True)
@@ -95,34 +92,11 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
                         key.homedir / SAMPLE_PUBLIC_KEY)
 
 
-def delta_name(old: str, new: str) -> str:
-    return f"{old[len('sha256:'):]}-{new[len('sha256:'):]}{DELTA_SUFFIX}"
-
-
 def publish_index(ctx: Context, key: SigningKey, updates: Path, old: str, new: str, *,
                   delta_file: Path, version: str) -> None:
-    data = delta_file.read_bytes()
-    index = {"format": INDEX_FORMAT, "ref": IMAGE_REF, "to_commit": new[len("sha256:"):],
-             "to_version": version, "files": [],
-             "image": {"reference": SAMPLE_REFERENCE, "manifest": new, "deltas": [{
-                 "file": delta_file.name, "from_manifest": old, "bytes": len(data),
-                 "sha256": hashlib.sha256(data).hexdigest()}]}}
-    write_atomic(updates / "index.json", json.dumps(index, indent=2, sort_keys=True) + "\n")
-    sign_detached(ctx.runner, key, updates / "index.json", ctx.release.source_date_epoch)
+    release = ImageRelease(IMAGE_REF, SAMPLE_REFERENCE, new, version, None, None)
+    write_image_index(ctx, key, updates, release, [(old, delta_file)])
     sign_timestamp(ctx.runner, key, updates, IMAGE_REF, DEFAULT_VALIDITY_SECONDS)
-
-
-def pack_layout(layout: Path, dest: Path) -> None:
-    """The delta layout as one uncompressed tar (its blobs are compressed already), members
-    sorted and dated 0: the same delta gives the same file."""
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
-        for path in sorted(p for p in layout.rglob("*") if p.is_file()):
-            info = tar.gettarinfo(str(path), path.relative_to(layout).as_posix())
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with path.open("rb") as handle:
-                tar.addfile(info, handle)
-    tmp.replace(dest)
 
 
 def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: LayerPlan | None,

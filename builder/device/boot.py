@@ -4,7 +4,8 @@ The order follows a real RHEL for Edge boot:
 1. grub picks the BLS entry by greenboot's counting rules (builder.device.grubenv);
 2. the kernel "mounts" the deployment: DIR/.device/root becomes the booted root, with etc
    and usr from the deployment, var from the stateroot, a fresh run and boot_id;
-3. greenboot-rpm-ostree-grub2-check-fallback: after a fallback boot, roll back for good;
+3. greenboot-rpm-ostree-grub2-check-fallback: after a fallback boot, roll back for good
+   (`bootc rollback` on an image-mode deployment);
 4. microshift-data-restore.service and microshift-components.service (the deployment's own
    units and programs; the plugins run in a network namespace with br-ex, as
    microshift-ovs-init leaves a device), then MicroShift starts unless the components failed
@@ -45,6 +46,7 @@ NODE_ADDRESS, GATEWAY = "192.0.2.10/24", "192.0.2.1"
 SCRIPT_TIMEOUT = 3600.0
 KUBECONFIG = "var/lib/microshift/resources/kubeadmin/kubeconfig"
 STANDIN_DIR = Path(__file__).parent / "standins"
+IMAGE_ORIGIN = "container-image-reference="   # in the .origin of a deployment bootc made
 
 # Stand-ins the booted root's scripts find first on PATH (builder/device/standins/).
 STANDINS = {name: (STANDIN_DIR / name).read_text()
@@ -82,14 +84,10 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
     progress.info(f"grub: entry {entry} ({'rollback' if entry else 'default'}) -> "
                   f"{deployment.label()}; grubenv {device.grubenv.read()}")
     root = mount_root(device, deployment)
-    rolled_back = False
-    if device.grubenv.counter() == -1:
-        progress.info("greenboot-rpm-ostree-grub2-check-fallback: fallback boot detected: "
-                      f"rolling back to {deployment.label()}, unsetting boot_counter")
-        device.rollback()
-        device.grubenv.unset("boot_counter")
-        rolled_back = True
     env = script_env(device, root)
+    rolled_back = device.grubenv.counter() == -1
+    if rolled_back:
+        fallback(device, deployment, env)
     run_unit(device, root, RESTORE_UNIT, env)
     with gateway_namespace(device) as netns:
         components = run_unit(device, root, COMPONENTS_UNIT, env, netns=netns)
@@ -111,6 +109,31 @@ def boot(device: Device, api: ApiServer, health_for: dict[str, Health]) -> BootR
                         ovn_cleanup=cleanup, boot_counter=counter)
     progress.info(report.summary())
     return report
+
+
+def fallback(device: Device, deployment: Deployment, env: dict[str, str]) -> None:
+    """greenboot-rpm-ostree-grub2-check-fallback: grub fell back, so make the deployment it
+    booted the default for good and unset boot_counter. On an image-mode deployment (its
+    origin names a container image) greenboot does it with `bootc rollback`, which keeps
+    the failed deployment as the rollback; otherwise as rpm-ostree rollback does."""
+    image = IMAGE_ORIGIN in _origin(deployment)
+    device.progress.info("greenboot-rpm-ostree-grub2-check-fallback: fallback boot detected: "
+                         f"rolling back to {deployment.label()}"
+                         f"{' with bootc rollback' if image else ''}, unsetting boot_counter")
+    if image:
+        proc = device.runner.run(["bootc", "rollback"], env=env, check=False)
+        _log_output(device, "bootc", proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            raise BuildError(f"bootc rollback failed on the fallback boot of "
+                             f"{deployment.label()} (exit {proc.returncode})")
+    else:
+        device.rollback()
+    device.grubenv.unset("boot_counter")
+
+
+def _origin(deployment: Deployment) -> str:
+    origin = deployment.path.with_name(deployment.path.name + ".origin")
+    return origin.read_text() if origin.is_file() else ""
 
 
 def mount_root(device: Device, deployment: Deployment) -> Path:

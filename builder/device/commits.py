@@ -44,6 +44,8 @@ CHECK_SCRIPT = "usr/lib/greenboot/check/required.d/40-microshift-running-check.s
 SAMPLE_PACKAGES = (("core", "microshift-core"), ("networking-ovnk", "microshift-networking-ovnk"),
                    ("core", "microshift-greenboot"), ("update", "microshift-update"))
 STANDIN_DIR = Path(__file__).parent / "standins"   # the SAMPLE microshift, greenboot.conf
+# A patched payload (patched_binary): 16 changes of 64 bytes each in v2, spread over the file.
+PATCH_SPOTS, PATCH_BYTES = 16, 64
 
 @dataclass(frozen=True)
 class UpdatePair:
@@ -99,10 +101,13 @@ def _public_key(ctx: Context, repo: Path) -> Path | None:
     return None
 
 
-def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> UpdatePair:
+def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int, *,
+                      patched: bool = False) -> UpdatePair:
     """Two signed SAMPLE commits on SAMPLE_REF in an archive repo, the v1 -> v2 static delta,
     and what `deltas` publishes for devices' updaters beside the repo: updates/REF/ with the
-    delta file and the signed index (signed with the build directory's SAMPLE key)."""
+    delta file and the signed index (signed with the build directory's SAMPLE key). With
+    `patched`, v2's payload is v1's with a few small regions changed, as a rebuilt binary
+    differs from the one before, instead of all new bytes."""
     repo = Repo(repo_path, ctx.runner)
     repo.init("archive")
     epoch = ctx.release.source_date_epoch
@@ -115,7 +120,7 @@ def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> Upda
             parent: str | None = None
             for number in (1, 2):
                 tree = Path(tmp) / f"v{number}"
-                write_sample_tree(ctx, tree, number, payload_bytes)
+                write_sample_tree(ctx, tree, number, payload_bytes, patched=patched)
                 version = sample_version(ctx, number)
                 parent = repo.commit(tree, subject=f"MicroShift device simulation {version} "
                                      "(SAMPLE)", timestamp=epoch + number, parent=parent,
@@ -124,9 +129,9 @@ def build_sample_pair(ctx: Context, repo_path: Path, payload_bytes: int) -> Upda
                 commits.append(parent)
         repo.set_ref(SAMPLE_REF, commits[1])
         if f"{commits[0]}-{commits[1]}" not in repo.delta_list():
-            # The payload is random bytes: bsdiff could find nothing in it, only spend time.
-            repo.delta_generate(commits[1], commits[0],
-                                extra=["--min-fallback-size=0", "--max-bsdiff-size=0"])
+            # A payload of all new random bytes: bsdiff could find nothing, only spend time.
+            knobs = ["--min-fallback-size=0"] + ([] if patched else ["--max-bsdiff-size=0"])
+            repo.delta_generate(commits[1], commits[0], extra=knobs)
         _publish_update(ctx, repo, commits, key, repo_path.parent / "updates" / SAMPLE_REF)
         repo.summary_update(key)
     finally:
@@ -148,7 +153,8 @@ def _publish_update(ctx: Context, repo: Repo, commits: list[str], key: SigningKe
     sign_timestamp(ctx.runner, key, out, SAMPLE_REF, DEFAULT_VALIDITY_SECONDS)
 
 
-def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int) -> None:
+def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int, *,
+                      patched: bool = False) -> None:
     """A deployable tree: /usr/etc for /etc, a kernel, os-release, the packages' files."""
     version = sample_version(ctx, number)
     rendered = tree.parent / f".render-v{number}"
@@ -183,7 +189,11 @@ def write_sample_tree(ctx: Context, tree: Path, number: int, payload_bytes: int)
     # The part of the image an update changes: incompressible, so the delta is its full size.
     payload = tree / "usr/lib/microshift-sample/update-payload.bin"
     payload.parent.mkdir(parents=True, exist_ok=True)
-    payload.write_bytes(pseudo_random_bytes(f"{version}".encode(), payload_bytes))
+    if patched:
+        payload.write_bytes(patched_binary(sample_version(ctx, 1).encode(), payload_bytes,
+                                           number - 1))
+    else:
+        payload.write_bytes(pseudo_random_bytes(f"{version}".encode(), payload_bytes))
     for path in (tree, *tree.rglob("*")):
         if not path.is_symlink():
             os.utime(path, (0, 0))
@@ -197,6 +207,19 @@ def pseudo_random_bytes(seed: bytes, size: int) -> bytes:
         out += hashlib.sha256(seed + counter.to_bytes(8, "big")).digest()
         counter += 1
     return bytes(out[:size])
+
+
+def patched_binary(seed: bytes, size: int, patches: int) -> bytes:
+    """Random bytes (as a compiled binary compresses little) with `patches` rounds of
+    PATCH_SPOTS small changes: a new build of the same program, where a version string,
+    some constants and a few relocated jumps differ, not every byte."""
+    data = bytearray(pseudo_random_bytes(seed, size))
+    for round_ in range(patches):
+        for spot in range(PATCH_SPOTS):
+            at = (spot * size // PATCH_SPOTS + 4099 * round_) % max(1, size - PATCH_BYTES)
+            data[at:at + PATCH_BYTES] = pseudo_random_bytes(
+                seed + f"patch {round_} {spot}".encode(), PATCH_BYTES)
+    return bytes(data)
 
 
 def check_tree_is_simulatable(deployment: Path) -> None:

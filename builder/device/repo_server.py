@@ -4,7 +4,8 @@ A plain static file server (like `python -m http.server`, with single-range requ
 nginx or Apache answer them), plus what the link simulation needs: a per-request delay that
 models the link's round trip on the serving side (the `tbf` qdisc shapes rate but cannot
 delay), switches that cut transfers mid-way (the link drops: after N bytes, or at given
-offsets of the delta files), and counters of requests, bytes and the byte ranges served.
+offsets of the delta files, ostree's or image mode's), and counters of requests, bytes and
+the byte ranges served.
 
 The repository is served at /, or, with `mounts`, as a published site is laid out
 (builder/publish/upload.py): /repo/ and /updates/ from their own directories.
@@ -35,6 +36,8 @@ BEHAVIOURS = ("dribble", "slow-headers", "endless", "404", "500")
 
 
 RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+# ostree's static delta files and image mode's oci-delta files: what cuts and counts aim at
+DELTA_SUFFIXES = (".delta", ".oci-delta.tar")
 
 
 @dataclass
@@ -42,7 +45,7 @@ class ServeStats:
     requests: int = 0
     body_bytes: int = 0
     cut_transfers: int = 0
-    # (path, first byte, bytes) of every response body served from a .delta file
+    # (path, first byte, bytes) of every response body served from a delta file
     delta_ranges: list[tuple[str, int, int]] = field(default_factory=list)
 
     def duplicate_delta_bytes(self) -> int:
@@ -163,7 +166,7 @@ class _RepoHandler(BaseHTTPRequestHandler):
 
     def _copy(self, handle: Any, path: Path, start: int, end: int) -> None:
         srv = self.server
-        is_delta = path.suffix == ".delta"
+        is_delta = path.name.endswith(DELTA_SUFFIXES)
         offset = start
         dribble = getattr(self, "dribble", False)
         while offset < end:

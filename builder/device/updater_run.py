@@ -33,6 +33,7 @@ UPDATER = "usr/bin/microshift-update"
 UNIT = "usr/lib/systemd/system/microshift-update.service"
 CONFIG = "etc/microshift/update.yaml"
 STATUS = "var/lib/microshift-update/status.json"
+IMAGE_DIGESTS = "var/lib/microshift-update/image-digests.json"
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def run_updater(device: Device, repo: Path, options: UpdateOptions
             _write_config(root, {"updates_url": f"{base}/updates/"})
         device.runner.run(["ostree", f"--repo={device.repo.path}", "config", "set",
                            f'remote "{REMOTE}".url', server.url])
-        server.cut_delta_at(_cut_points(root, repo, options))
+        server.cut_delta_at(_cut_points(device, root, repo, options))
         for pattern, how, interval in options.hostile:
             server.misbehave(pattern, how, interval)
         wire0 = throttled.server_tx_bytes() if throttled else 0
@@ -180,21 +181,40 @@ def _write_config(root: Path, values: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(merged, sort_keys=True))
 
 
-def _cut_points(root: Path, repo: Path, options: UpdateOptions) -> list[int]:
-    """K distinct offsets inside the delta file from the booted commit (seeded)."""
+def _cut_points(device: Device, root: Path, repo: Path, options: UpdateOptions) -> list[int]:
+    """K distinct offsets inside the delta file from the booted commit or image (seeded)."""
     if options.interruptions <= 0:
         return []
     updates = updates_dir(repo)
     cmdline = (root / "proc/cmdline").read_text()
     booted = Path(cmdline.split("ostree=", 1)[1].split()[0]).name.split(".")[0]
+    image = options.config.get("mode") == "image"
+    if image:
+        booted = _signed_image(device, root, booted)
     for index in sorted(updates.rglob("index.json")) if updates else []:
-        for entry in json.loads(index.read_text()).get("files", []):
-            if entry.get("from_commit") == booted and entry["bytes"] > options.interruptions:
+        document = json.loads(index.read_text())
+        entries = (document.get("image") or {}).get("deltas", []) if image else \
+            document.get("files", [])
+        for entry in entries:
+            source = entry.get("from_manifest" if image else "from_commit")
+            if source == booted and entry["bytes"] > options.interruptions:
                 rng = random.Random(options.seed)
                 return sorted(rng.sample(range(1, entry["bytes"]), options.interruptions))
-    raise BuildError(f"--interruptions needs a delta file from the booted commit "
-                     f"{booted[:12]} in the published updates/",
-                     hint="run `python -m builder deltas` after composing the new commit")
+    raise BuildError(f"--interruptions needs a delta file from the booted "
+                     f"{'image' if image else 'commit'} {booted[:19]} in the published "
+                     "updates/", hint="run `python -m builder deltas` after composing the "
+                                      "new commit")
+
+
+def _signed_image(device: Device, root: Path, commit: str) -> str:
+    """The signed manifest digest the booted image deployment was made from: bootc records
+    the layout's, which the updater maps back when it wrote that layout itself."""
+    local = device.repo.metadata(commit, "ostree.manifest-digest") or ""
+    try:
+        known = json.loads((root / IMAGE_DIGESTS).read_text())
+    except (OSError, ValueError):
+        known = {}
+    return str(known.get(local, local)) if isinstance(known, dict) else local
 
 
 def _run(device: Device, root: Path, prefix: list[str], server: RepoServer) -> UpdateReport:

@@ -10,6 +10,8 @@ or `s3://bucket/prefix` through the aws CLI):
                                     what changed
     updates/REF/index.json{,.sig}   the signed index of the delta files to the head, and the
     updates/REF/FROM-TO.delta       files: what devices' microshift-update downloads
+    updates/REF/image/              the same for image-mode devices, when the release has a
+                                    pushed bootc image (builder/publish/image_updates.py)
 
 The upload runs in three phases, in reverse order of what points to what (as
 ostree-releng-scripts' rsync-repos does):
@@ -48,6 +50,7 @@ from builder.core.build_layout import Layout
 from builder.core.errors import BuildError, InputError
 from builder.core.ostree import Repo, signed_by
 from builder.core.signing import SigningKey, export_public_key, stop_agent
+from builder.publish.image_updates import stage_images
 from builder.publish.offline import INDEX, SUFFIX
 from builder.publish.rollout_statement import (
     RolloutPlan,
@@ -113,8 +116,10 @@ def publish(ctx: Context, options: PublishOptions) -> PublishResult:
             if options.key is not None:
                 check_signatures(ctx, repo, refs, options.key, Path(scratch) / "key.asc")
             extras = Path(scratch) / "extras"
+            extras.mkdir()   # rsync needs it, also for a build with nothing beside the repo
             sboms = stage_sboms(sources, extras / "sbom", refs)
             reports = stage_reports(sources, extras / "updates")
+            stage_images(ctx, sources, extras / "updates", options.key)
             if not options.target.startswith("s3://"):  # S3 dates each upload itself
                 stamp_summary(ctx, repo.path, options.target, Path(scratch) / "published")
             site = options.rollouts_from or local_site(options.target)

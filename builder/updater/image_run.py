@@ -69,6 +69,13 @@ class ImageRun:
         known = read_json(self.run._state_file(DIGESTS)) or {}
         return str(known.get(digest, digest)) or None
 
+    def ids(self) -> tuple[str, str | None]:
+        """The signed manifests' hex of the booted and the staged image, as greenboot's
+        hooks compare them with the outcome's target (an ostree checksum never matches)."""
+        status = self.status()
+        pending = self.signed(status.get("status", {}).get("staged"))
+        return self.booted(status).checksum, pending[len("sha256:"):] if pending else None
+
     def booted(self, status: dict[str, Any]) -> Booted:
         """The booted image as the run's Booted: `checksum` the signed manifest's hex."""
         digest = self.signed(status.get("status", {}).get("booted"))
@@ -168,9 +175,9 @@ class ImageRun:
         run.method, run.delta = "image-delta", delta
         try:
             path = run._download(index.index, delta, "", booted)
-            hold = run._closed("apply")
-            if hold is not None:
-                run._downloaded(hold)
+            # As the ostree run: the collector hears of the download (its budget grants
+            # slots to devices that downloaded), and a closed window or budget stops here.
+            run._downloaded(run._closed("apply") or run.fleet.budget_hold())
         except Held as held:
             run.fleet.held(held.reason)
             run._set("held", held.reason, target=index.index.to_commit)
@@ -185,7 +192,8 @@ class ImageRun:
         place = run.fleet.place
         if place is not None:
             run.fleet.staged(Outcome(booted.ref, place.rollout.id, place.wave,
-                                     index.index.to_commit, version, booted.checksum, ""))
+                                     index.index.to_commit, version, booted.checksum,
+                                     _version(status["status"]["booted"])))
         run.log(f"staged {index.manifest[:19]} ({run.method}); it boots at the next reboot")
         ostree_booted = status["status"]["booted"]["ostree"]["checksum"]
         run._maybe_reboot(Booted(ostree_booted, "", "", booted.ref, booted.deployment))
@@ -221,6 +229,13 @@ class ImageRun:
         if staged.get("imageDigest") != local:
             raise UpdateRefused(f"bootc status shows {staged.get('imageDigest')} staged, not "
                                 f"the layout's {local[:19]}")
+
+
+def _version(entry: Any) -> str:
+    """A status entry's image version (the image's org.opencontainers.image.version)."""
+    image = entry.get("image") if isinstance(entry, dict) else None
+    version = image.get("version") if isinstance(image, dict) else None
+    return version if isinstance(version, str) else ""
 
 
 def unpack_delta(path: Path, dest: Path) -> None:

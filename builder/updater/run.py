@@ -102,8 +102,10 @@ class Run:
         """greenboot's green.d or red.d hook: note this boot's result for the verdict."""
         if self.fleet.outcomes.read() is None:
             return False  # nothing staged for a rollout: every boot but those costs nothing
-        booted = self.system.booted()
-        return self.fleet.note(kind, booted.checksum, apply.pending(self.system))
+        if self.config.mode == "image":
+            booted, pending = ImageRun(self).ids()
+            return self.fleet.note(kind, booted, pending)
+        return self.fleet.note(kind, self.system.booted().checksum, apply.pending(self.system))
 
     def _run(self) -> None:
         if self.config.mode == "image":

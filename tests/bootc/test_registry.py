@@ -201,6 +201,10 @@ def test_the_bootc_command_pushes_signs_and_writes_the_device_files(
     out = capsys.readouterr().out
     assert f"{IMAGE} {ARCH} pushed {site.namespace}/{IMAGE}@{report['manifest']}" in out
     assert list((copy / "bootc/signatures").rglob("signature-1"))
+    # The report says where it went: `publish` names it in the image-mode devices' index.
+    recorded = json.loads((copy / f"bootc/{IMAGE}.{ARCH}.json").read_text())["pushed"]
+    assert recorded == {"reference": f"{site.namespace}/{IMAGE}",
+                        "digest": report["manifest"]}
     device = copy / "bootc/device"
     policy = json.loads((device / "policy.json").read_text())
     [rule] = policy["transports"]["docker"][site.namespace]

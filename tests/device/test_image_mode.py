@@ -9,12 +9,8 @@ Integration tier: real ostree, zstd, gpg; the device boots in a network namespac
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
 import tarfile
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,58 +20,24 @@ from builder.bootc.sample_images import (
     IMAGE_REF,
     SAMPLE_REFERENCE,
     SampleImages,
-    build_sample_images,
-    pack_layout,
     publish_index,
 )
 from builder.core.runner import Runner
 from builder.core.signing import ensure_sample_key, stop_agent
-from builder.device.boot import boot, script_env
+from builder.device.boot import boot
 from builder.device.commits import UpdatePair, sample_version
 from builder.device.health_server import ApiServer
 from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
-from tests.device.site import SIM, booted_device, status
+from builder.publish.image_updates import pack_layout
+from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
+from tests.device.site import status
 from tests.device.test_scenarios import make_ctx
 from tests.support import requires
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("booting the simulated device makes a network namespace"),
               pytest.mark.usefixtures("deletable_sysroots")]
-
-
-@pytest.fixture(scope="module")
-def images(pair: UpdatePair, tmp_path_factory: pytest.TempPathFactory) -> SampleImages:
-    requires.need_tools("zstd")
-    build = tmp_path_factory.mktemp("images")
-    ctx = make_ctx(build)
-    return build_sample_images(ctx, pair.repo, (pair.v1, pair.v2),
-                               (sample_version(ctx, 1), sample_version(ctx, 2)), build / "out")
-
-
-def bootc(device: Device, *args: str) -> subprocess.CompletedProcess[str]:
-    root = device.state_dir / "root"
-    env = {**os.environ, **script_env(device, root)}
-    return subprocess.run(["bootc", *args], env=env, capture_output=True, text=True,
-                          check=False)
-
-
-def bootc_status(device: Device) -> dict[str, Any]:
-    proc = bootc(device, "status", "--json")
-    assert proc.returncode == 0, proc.stderr
-    status: dict[str, Any] = json.loads(proc.stdout)
-    return status
-
-
-def image_device(pair: UpdatePair, images: SampleImages, tmp_path: Path) -> Device:
-    """A device running image v1: installed from the ostree commit, switched to the image
-    with the stand-in and booted."""
-    device = booted_device(pair, tmp_path)
-    proc = bootc(device, "switch", "--transport", "oci", str(images.single("v1")))
-    assert proc.returncode == 0, proc.stderr
-    with ApiServer() as api:
-        assert boot(device, api, {}).healthy
-    return device
 
 
 def test_the_stand_in_switches_to_an_image_and_it_boots(
@@ -88,34 +50,6 @@ def test_the_stand_in_switches_to_an_image_and_it_boots(
     assert status["status"]["staged"] is None
     assert device.deployments()[0].checksum == booted["ostree"]["checksum"]
     assert (device.deployments()[0].path / "usr/etc/greenboot/greenboot.conf").is_file()
-
-
-POLICY_KEY = "etc/pki/containers/microshift-release.gpg"
-
-
-def site(images: SampleImages, tmp_path: Path) -> Path:
-    """A copy of the published updates/ (which a test may tamper with) beside an empty
-    repository: an image-mode device reads none."""
-    shutil.copytree(images.updates.parent.parent.parent.parent,
-                    tmp_path / "site/updates")
-    subprocess.run(["ostree", f"--repo={tmp_path / 'site/repo'}", "init", "--mode=archive"],
-                   check=True)
-    return tmp_path / "site/repo"
-
-
-def trust(device: Device, images: SampleImages, scope: str = SAMPLE_REFERENCE) -> None:
-    """The release's policy and key in the device's /etc, as DIR/bootc/device/ ships them."""
-    root = device.state_dir / "root"
-    (root / POLICY_KEY).parent.mkdir(parents=True, exist_ok=True)
-    (root / POLICY_KEY).write_bytes(images.public_key.read_bytes())
-    etc = root / "etc"
-    policy = {"default": [{"type": "reject"}], "transports": {"docker": {scope: [
-        {"type": "signedBy", "keyType": "GPGKeys", "keyPath": "/" + POLICY_KEY}]}}}
-    (etc / "containers").mkdir(exist_ok=True)
-    (etc / "containers/policy.json").write_text(json.dumps(policy))
-
-
-CONFIG = {**SIM, "mode": "image", "image_ref": IMAGE_REF}
 
 
 def test_an_image_update_travels_as_a_delta_is_staged_and_boots(
