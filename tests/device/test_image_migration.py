@@ -33,16 +33,18 @@ pytestmark = [pytest.mark.integration,
 MARKER = "lib/microshift/site-marker"            # under the stateroot's /var
 SETTING = "dns:\n  baseDomain: edge-0042.example.net\n"
 HOSTNAME = "edge-0042\n"
+UNPINNED = "systemd/system/ovs-vswitchd.service.d/microshift-cpuaffinity.conf"
 
 
 def admin_changes(device: Device) -> None:
     """What a running device has that its commit has not: MicroShift state in /var, a
-    changed config file and a new file in /etc (written through the booted root)."""
+    changed config file, a new file and a removed one in /etc (through the booted root)."""
     (device.stateroot_var / MARKER).write_text("cluster state of v1\n")
     etc = device.state_dir / "root/etc"
     with (etc / "microshift/config.yaml").open("a") as config:
         config.write(SETTING)
     (etc / "hostname").write_text(HOSTNAME)
+    (etc / UNPINNED).unlink()   # the admin drops the release's CPU pinning of OVS
 
 
 def assert_kept(device: Device, deployment: Deployment) -> None:
@@ -50,6 +52,8 @@ def assert_kept(device: Device, deployment: Deployment) -> None:
     config = (deployment.path / "etc/microshift/config.yaml").read_text()
     assert config.endswith(SETTING)
     assert (deployment.path / "etc/hostname").read_text() == HOSTNAME
+    assert (deployment.path / "usr/etc" / UNPINNED).is_file()
+    assert not (deployment.path / "etc" / UNPINNED).exists()
 
 
 def health(device: Device) -> dict[str, Any]:
