@@ -33,14 +33,14 @@ from builder.core.signing import (
 from builder.publish.image_updates import (
     ImageRelease,
     delta_name,
-    image_ref,
+    image_updates_ref,
     pack_layout,
     write_image_index,
 )
 from builder.publish.statement_signing import sign_timestamp
 from builder.updater.freshness import DEFAULT_VALIDITY_SECONDS
 
-IMAGE_REF = image_ref("sample/device-sim/x86_64/edge")   # the sample commits' ostree ref's
+IMAGE_REF = image_updates_ref("sample/device-sim/x86_64/edge")   # the sample commits' ostree ref's
 SAMPLE_REFERENCE = "registry.sample/microshift/device-sim"   # what the policy scopes
 
 

@@ -50,7 +50,7 @@ class ImageRelease:
     from_manifest: str | None
 
 
-def image_ref(ref: str) -> str:
+def image_updates_ref(ref: str) -> str:
     return f"{ref}/{IMAGE_DIR}"
 
 
@@ -112,7 +112,7 @@ def image_releases(build: Path) -> list[ImageRelease]:
         offered = isinstance(update.get("delta"), dict) and delta.is_dir() and \
             update["delta"].get("to_manifest") == report["manifest"]
         found.append(ImageRelease(
-            image_ref(report["ref"]), pushed["reference"], report["manifest"],
+            image_updates_ref(report["ref"]), pushed["reference"], report["manifest"],
             _version(layout.bootc_layout(report["image"]), report["manifest"]),
             delta if offered else None, update.get("from_manifest") if offered else None))
     return found
