@@ -84,18 +84,19 @@ def vm(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def fleet(session: nox.Session) -> None:
-    """The fleet rollout tier (issue 33): a bad and a good release rolled out in waves to 20
-    simulated devices, and a halt clicked in the console (issue 43) holding the rest of them
-    (`nox -s tests` runs the same tests with 4; `-- N` sets another size).
-    What the fleet did is written to build/fleet.json (docs/benchmarks.md)."""
+    """The fleet rollout tier (issues 33, 43): a bad and a good release rolled out in waves to
+    20 simulated devices, a halt clicked in the console holding the rest of them, and the
+    disruption budget and group windows (always 4 devices, 2 sites); `-- N` sets another
+    size (CI: 4). `nox -s tests` leaves the tier out. What the fleet did is written to
+    build/fleet.json (docs/benchmarks.md)."""
     _host_tools(session)
     session.install("-e", ".[test]")
     devices = session.posargs[0] if session.posargs else "20"
     session.run("python", "-m", "pytest", "tests/rollout/test_fleet.py",
-                "tests/rollout/test_console_fleet.py", "-q", "-rs",
-                "--durations=0", env={"PYTHONDONTWRITEBYTECODE": "1",
-                                      "MSEB_FLEET_DEVICES": devices,
-                                      "MSEB_FLEET_REPORT": "build/fleet.json"})
+                "tests/rollout/test_console_fleet.py", "tests/rollout/test_budget_fleet.py",
+                "-q", "-rs", "--durations=0",
+                env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_FLEET_DEVICES": devices,
+                     "MSEB_FLEET_REPORT": "build/fleet.json"})
 
 
 @nox.session(python=PYTHON)

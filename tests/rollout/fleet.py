@@ -1,8 +1,9 @@
 """A fleet of simulated devices (the sysroot model: real ostree, greenboot's scripts, the
 shipped microshift-update) that roll a release out through the real collector.
 
-`MSEB_FLEET_DEVICES` sets the fleet's size (default 4, what `nox -s tests` runs: two in the
-lab wave, at least one in each share wave; `nox -s fleet` runs 20). The first `lab` devices
+`MSEB_FLEET_DEVICES` sets the fleet's size and runs the tier: `nox -s fleet` runs 20
+devices, CI `nox -s fleet -- 4` (two in the lab wave, at least one in each share wave);
+`nox -s tests` leaves the tier out (it would take it past its 15 minutes). The first `lab` devices
 carry the label site=lab; the rest are placed by the share waves. The rollout id is the
 first of fleet-0, fleet-1, ... that leaves every wave at least one device, so each wave of
 the test has devices to judge.
@@ -19,6 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import SigningKey, ensure_sample_key, stop_agent
@@ -31,6 +34,7 @@ from builder.publish.rollout_statement import RolloutPlan, parse_waves
 from builder.rollout.admin import Signer, Site, start
 from builder.updater.waves import Rollout, wave_of
 from tests.device.site import SIM, booted_device, site
+from tests.support import requires
 from tests.support.cli import PROJECT_ROOT
 
 WAVES = "site=lab,30%"
@@ -40,6 +44,11 @@ T0 = 1_800_000_000   # the tests' clock when wave 1 opens
 
 def fleet_size() -> int:
     return int(os.environ.get("MSEB_FLEET_DEVICES", "4"))
+
+
+# The fleet tier's tests: run by `nox -s fleet` (MSEB_FLEET_DEVICES set), not `nox -s tests`.
+tier = pytest.mark.skipif("MSEB_FLEET_DEVICES" not in os.environ,
+                          reason=f"{requires.TIER}: the fleet tier (nox -s fleet)")
 
 
 @dataclass

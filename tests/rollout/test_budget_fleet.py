@@ -32,6 +32,7 @@ from builder.publish.rollout_statement import (
 )
 from builder.rollout.admin import Signer, Site, start, status
 from builder.rollout.store import Store
+from tests.rollout import fleet
 from tests.rollout.fleet import (
     T0,
     FleetDevice,
@@ -46,7 +47,7 @@ from tests.rollout.fleet import (
 from tests.support import requires
 from tests.support.windows import CLOSED, OPEN
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.integration, fleet.tier,
               requires.root_only("booting the simulated devices makes network namespaces"),
               pytest.mark.usefixtures("deletable_sysroots")]
 

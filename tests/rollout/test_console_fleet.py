@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from builder.device.commits import SAMPLE_REF, UpdatePair
+from tests.rollout import fleet
 from tests.rollout.console_support import ADMIN, ConsolePage, token_file
 from tests.rollout.fleet import (
     collector,
@@ -28,7 +29,7 @@ from tests.rollout.fleet import (
 from tests.support import requires
 from tests.support.browser import chromium, screenshot
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.integration, fleet.tier,
               requires.root_only("booting the simulated devices makes network namespaces"),
               pytest.mark.usefixtures("deletable_sysroots")]
 REASON = "canary cameras lost their stream"

@@ -21,6 +21,7 @@ from builder.device.commits import UpdatePair
 from builder.device.health_server import Health
 from builder.rollout.admin import Signer, Site, advance, status
 from builder.rollout.store import Store
+from tests.rollout import fleet
 from tests.rollout.fleet import (
     SOAK,
     T0,
@@ -37,7 +38,7 @@ from tests.rollout.fleet import (
 )
 from tests.support import requires
 
-pytestmark = [pytest.mark.integration,
+pytestmark = [pytest.mark.integration, fleet.tier,
               requires.root_only("booting the simulated devices makes network namespaces"),
               pytest.mark.usefixtures("deletable_sysroots")]
 
