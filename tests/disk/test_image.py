@@ -60,11 +60,14 @@ def test_the_disk_boots_the_commit_through_grub_and_is_the_same_bytes_twice(
     key.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\nSAMPLE\n")
     deployment = Deployment(repo.path, REF, commit, remote_url="http://10.0.2.100/repo/",
                             gpg_key=key, etc_files={"greenboot/greenboot.conf": b"X=1\n"})
-    first = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH)
-    second = build_disk(Runner(), deployment, tmp_path / "b", "test.x86_64", epoch=EPOCH)
+    first = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH,
+                       firmware="bios")
+    second = build_disk(Runner(), deployment, tmp_path / "b", "test.x86_64", epoch=EPOCH,
+                        firmware="bios")
     assert first.raw.read_bytes() == second.raw.read_bytes()
     assert first.qcow2 and second.qcow2 and first.qcow2.read_bytes() == second.qcow2.read_bytes()
-    again = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH)
+    again = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH,
+                       firmware="bios")
     assert not again.built and again.raw == first.raw
 
     raw = first.raw.read_bytes()
