@@ -57,10 +57,10 @@ def platform(arch: str) -> EfiPlatform:
 
 
 def embedded_config(boot_uuid: str) -> str:
-    """Run before GRUB's normal mode, which then reads $prefix/grub.cfg."""
-    return (f"if ! search --no-floppy --fs-uuid --set=root {boot_uuid}; then\n"
-            f"  echo \"grub: no boot partition with UUID {boot_uuid}\"\n"
-            "fi\n"
+    """Run before GRUB's normal mode, which then reads $prefix/grub.cfg. The rescue parser
+    runs it (normal mode is not loaded yet): one command a line, no `if`. A missing boot
+    partition shows as search's own error, then GRUB's prompt."""
+    return (f"search --no-floppy --fs-uuid --set=root {boot_uuid}\n"
             "set prefix=($root)/grub2\n")
 
 
