@@ -124,8 +124,12 @@ def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
     }
     if firmware != "bios":
         kernel = efi.platform(arch).directory / "kernel.img"
+        # What this code puts on the ESP is part of it too: an image made with an older
+        # embedded config must not be reused.
         fields.update(firmware=firmware, arch=arch,
-                      grub=file_digest(kernel) if kernel.is_file() else None)
+                      grub=file_digest(kernel) if kernel.is_file() else None,
+                      esp={"size": Layout(firmware).esp_size, "modules": list(efi.MODULES),
+                           "config": efi.embedded_config("BOOT-UUID")})
     return hashlib.sha256(canonical_json(fields)).hexdigest()
 
 
