@@ -113,7 +113,7 @@ def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
     images existed (their images are still current); a UEFI image's adds the firmware, the
     architecture and the EFI GRUB it carries."""
     d = deployment
-    fields = {
+    fields: dict[str, object] = {
         "commit": d.commit, "ref": d.ref, "remote": d.remote, "url": d.remote_url,
         "key": file_digest(d.gpg_key) if d.gpg_key else None, "osname": d.osname,
         "kargs": list(d.kargs), "epoch": epoch, "layout": LAYOUT,
