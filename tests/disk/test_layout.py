@@ -3,9 +3,13 @@ identity, so the same inputs write the same table (the image tests read it back)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from builder.core.errors import BuildError
+from builder.core.runner import Runner
+from builder.disk.efi import make_esp
 from builder.disk.layout import BOOT_SIZE, ESP_SIZE, FIRST_SECTOR, Layout, esp_volume_id
 
 IDENTITY = "ab" * 32
@@ -40,3 +44,13 @@ def test_an_unknown_firmware_is_refused_with_the_choices() -> None:
     with pytest.raises(BuildError) as caught:
         Layout("coreboot")
     assert "coreboot" in caught.value.message and "uefi, bios" in (caught.value.hint or "")
+
+
+def test_an_esp_without_mtools_is_refused_in_one_line_with_the_package(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mcopy on it (mkfs.vfat is in sbin)
+    with pytest.raises(BuildError) as caught:
+        make_esp(Runner(), tmp_path / "esp.vfat", 64 << 20, tree=tmp_path, volume_id="1234abcd",
+                 epoch=0)
+    assert "'mcopy'" in caught.value.message and "mtools" in (caught.value.hint or "")
+    assert not (tmp_path / "esp.vfat").exists()
