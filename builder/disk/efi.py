@@ -5,7 +5,10 @@ The firmware (OVMF, AAVMF, a device's) starts the removable-media path EFI/BOOT/
 a GRUB image from grub-mkimage carrying the same modules as the BIOS core image and a small
 embedded config: it finds the boot partition by its file system UUID and sets the prefix to
 its /grub2, where the same grub.cfg and grubenv as under BIOS are, so boot counting does not
-depend on the firmware. The FAT file system is made by mkfs.vfat with a fixed volume ID and
+depend on the firmware. GRUB's modules are the image's own when its commit carries them
+(/usr/lib/grub/FORMAT, as Image Builder takes the boot loader from the image's packages:
+how an arm64 image gets arm64 GRUB on an x86_64 build host), else the build host's. The FAT
+file system is made by mkfs.vfat with a fixed volume ID and
 `--invariant` (no time, no random serial) and filled by mtools' mcopy, keeping the files'
 clamped times: the same inputs give the same bytes.
 """
@@ -34,6 +37,11 @@ class EfiPlatform:
     @property
     def directory(self) -> Path:
         return GRUB_LIB / self.grub_format
+
+    def modules_in(self, tree: Path | None) -> Path:
+        """The commit's GRUB modules if the deployed `tree` has them, else the host's."""
+        own = tree / "usr/lib/grub" / self.grub_format if tree is not None else None
+        return own if own is not None and (own / "kernel.img").is_file() else self.directory
 
 
 PLATFORMS = {p.arch: p for p in (
@@ -64,19 +72,24 @@ def embedded_config(boot_uuid: str) -> str:
             "set prefix=($root)/grub2\n")
 
 
-def make_efi_image(runner: Runner, arch: str, out: Path, boot_uuid: str) -> Path:
-    """grub-mkimage's EFI application for `arch`, finding /boot by `boot_uuid`."""
+def make_efi_image(runner: Runner, arch: str, out: Path, boot_uuid: str,
+                   tree: Path | None = None) -> Path:
+    """grub-mkimage's EFI application for `arch`, finding /boot by `boot_uuid`, made of the
+    deployed `tree`'s GRUB modules or the host's."""
     plat = platform(arch)
-    if not (plat.directory / "kernel.img").is_file():
-        raise BuildError(f"GRUB's {plat.grub_format} modules are not installed "
-                         f"({plat.directory})",
+    directory = plat.modules_in(tree)
+    if not (directory / "kernel.img").is_file():
+        raise BuildError(f"GRUB's {plat.grub_format} modules are neither in the commit nor "
+                         f"installed here ({plat.directory})",
                          hint=f"install {plat.debian}, or {plat.fedora} on Fedora "
-                              "(ci/install-host-tools.sh does)")
+                              "(ci/install-host-tools.sh does; Debian packages "
+                              "grub-efi-arm64-bin for arm64 hosts only: put it in the arm64 "
+                              "commit)")
     config = out.with_name(out.name + ".cfg")
     config.write_text(embedded_config(boot_uuid))
     tool = find_tool("grub-mkimage") or find_tool("grub2-mkimage") or "grub-mkimage"
     # The prefix is set by the embedded config; grub-mkimage wants one given all the same.
-    runner.run([tool, f"--format={plat.grub_format}", f"--directory={plat.directory}",
+    runner.run([tool, f"--format={plat.grub_format}", f"--directory={directory}",
                 "--prefix=", f"--config={config}", f"--output={out}", *MODULES])
     config.unlink()
     return out
@@ -102,9 +115,10 @@ def make_esp(runner: Runner, image: Path, size: int, *, tree: Path, volume_id: s
                 "::/"], env={"MTOOLS_SKIP_CHECK": "1", "SOURCE_DATE_EPOCH": str(epoch)})
 
 
-def esp_tree(runner: Runner, arch: str, work: Path, boot_uuid: str) -> Path:
+def esp_tree(runner: Runner, arch: str, work: Path, boot_uuid: str,
+             deployed: Path | None = None) -> Path:
     """WORK/esp: EFI/BOOT/BOOT<ARCH>.EFI."""
     boot = work / "esp" / "EFI" / "BOOT"
     boot.mkdir(parents=True)
-    make_efi_image(runner, arch, boot / platform(arch).boot_file, boot_uuid)
+    make_efi_image(runner, arch, boot / platform(arch).boot_file, boot_uuid, deployed)
     return work / "esp"

@@ -83,12 +83,13 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
                                 for part in ("boot", "root"))
         stage = work / "sysroot"
         stage.mkdir()
-        deploy_sysroot(runner, stage, deployment, boot_uuid=boot_uuid, root_uuid=root_uuid,
-                       work=work)
+        deployed = deploy_sysroot(runner, stage, deployment, boot_uuid=boot_uuid,
+                                  root_uuid=root_uuid, work=work)
         move_boot(stage, work / "boot")
         disk = work / raw.name
         size = _make_disk(runner, disk, work, stage=stage, uuids=(boot_uuid, root_uuid),
-                          identity=identity, epoch=epoch, layout=layout, arch=arch)
+                          identity=identity, epoch=epoch, layout=layout, arch=arch,
+                          deployed=deployed)
         copy = work / f"{name}.qcow2" if qcow2 else None
         if copy is not None:
             runner.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(disk), str(copy)])
@@ -154,7 +155,7 @@ def _jsonable(image: DiskImage) -> dict[str, object]:
 
 def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
                uuids: tuple[str, str], identity: str, epoch: int, layout: Layout,
-               arch: str) -> int:
+               arch: str, deployed: Path) -> int:
     """Partition `disk` and fill it: GRUB, /boot from work/boot, the root from `stage`."""
     clamp_times(work / "boot", epoch)
     clamp_times(stage, epoch)
@@ -169,7 +170,7 @@ def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
     if layout.esp_size:
         esp_img = work / "esp.vfat"
         efi.make_esp(runner, esp_img, layout.esp_size,
-                     tree=efi.esp_tree(runner, arch, work, uuids[0]),
+                     tree=efi.esp_tree(runner, arch, work, uuids[0], deployed),
                      volume_id=esp_volume_id(identity), epoch=epoch)
         parts.insert(0, (esp_img, FIRST_SECTOR * 512))
     size = layout.disk_size(root_size)

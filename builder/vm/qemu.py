@@ -27,9 +27,12 @@ from pathlib import Path
 from builder.core.errors import BuildError, MissingToolError
 from builder.core.files import write_atomic
 from builder.core.runner import find_tool
-from builder.vm.firmware import ensure_vars, pflash_options
+from builder.vm.firmware import ensure_vars, pflash_options, vars_path
 
 QEMU = "qemu-system-x86_64"
+# arm64 VMs: QEMU's virt board, a CPU TCG emulates quickly (`max` adds pointer
+# authentication, which costs under TCG), the PL011 UART as the console (ttyAMA0).
+QEMU_AARCH64 = ("qemu-system-aarch64", "virt", "cortex-a57")
 
 
 @dataclass(frozen=True)
@@ -56,22 +59,29 @@ class Machine:
     cpus: int = 2
     forwards: tuple[Forward, ...] = ()
     snapshot: bool = False             # writes go to a temporary overlay, not the disk
-    firmware: str = "bios"             # bios (SeaBIOS) or uefi (OVMF)
+    firmware: str = "bios"             # bios (SeaBIOS) or uefi (OVMF, AAVMF on aarch64)
+    arch: str = "x86_64"               # x86_64 or aarch64 (UEFI only)
     # uefi: the VM's firmware variables (builder.vm.firmware.ensure_vars: beside the disk)
     variables: Path | None = None
 
     def argv(self, serial: Path, qmp: Path) -> list[str]:
-        qemu = find_tool(QEMU)
+        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
+                               (QEMU, "pc", "qemu64,-svm"))
+        qemu = find_tool(program)
         if qemu is None:
-            raise MissingToolError(QEMU)
+            raise MissingToolError(program)
+        if self.arch == "aarch64" and self.firmware != "uefi":
+            raise BuildError("an aarch64 VM boots through UEFI only",
+                             hint="drop --firmware bios")
         netdev = ",".join(["user", "id=net0", "restrict=on",
                            *(forward.option() for forward in self.forwards)])
         # QEMU's default CPU model offers AMD's SVM: the guest's udev then loads kvm and
         # kvm_amd at every boot, seconds of emulated CPU for a hypervisor nobody runs there.
         uefi: list[str] = []
         if self.firmware == "uefi":
-            uefi = pflash_options(self.variables or ensure_vars(self.disk))
-        return [qemu, "-machine", f"pc,accel={self.accel}", "-cpu", "qemu64,-svm", *uefi,
+            uefi = pflash_options(self.variables or ensure_vars(self.disk, self.arch),
+                                  self.arch)
+        return [qemu, "-machine", f"{board},accel={self.accel}", "-cpu", cpu, *uefi,
                 "-m", str(self.memory_mib),
                 "-smp", str(self.cpus), "-nodefaults", "-display", "none", "-no-reboot",
                 "-drive", f"file={self.disk},format=raw,if=virtio,cache=unsafe"
@@ -206,7 +216,7 @@ def probe_accel(disk: Path, seconds: float, wanted: str,
 def _probe_kvm(disk: Path, seconds: float, firmware: str) -> tuple[str, str]:
     work = disk.parent
     # The probe's firmware variables are its own: the VM's NVRAM starts as a device's would.
-    variables = work / "kvm-probe.OVMF_VARS.fd"
+    variables = vars_path(work / "kvm-probe")
     variables.unlink(missing_ok=True)
     probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware,
                     variables=ensure_vars(work / "kvm-probe") if firmware == "uefi" else None)

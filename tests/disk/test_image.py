@@ -6,6 +6,7 @@ for the 400 MiB base here; the VM tier (tests/vm/) boots the real one."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,10 +28,14 @@ KVER = "6.1.0-sample"
 EPOCH = 1700000000
 
 
-def small_commit(tmp_path: Path, *, generator: bool = True) -> tuple[Repo, str]:
+def small_commit(tmp_path: Path, *, generator: bool = True,
+                 grub: Path | None = None) -> tuple[Repo, str]:
+    """`grub`: a directory of GRUB modules the commit carries in /usr/lib/grub/NAME."""
     tree = tmp_path / "tree"
     modules = tree / "usr/lib/modules" / KVER
     modules.mkdir(parents=True)
+    if grub is not None:
+        shutil.copytree(grub, tree / "usr/lib/grub" / grub.name)
     (modules / "vmlinuz").write_bytes(b"SAMPLE kernel for the disk image test\n")
     (modules / "initramfs.img").write_bytes(b"SAMPLE initramfs\n")
     (tree / "usr/etc").mkdir()
