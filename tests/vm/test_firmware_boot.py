@@ -56,7 +56,7 @@ def arm64_grub(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "usr/lib/grub/arm64-efi"
 
 
-def test_an_arm64_image_carries_its_own_grub_and_aavmf_boots_it_into_the_menu(
+def test_an_arm64_image_carries_its_own_grub_and_aavmf_boots_it_into_grub_s_menu(
         tmp_path: Path, arm64_grub: Path) -> None:
     repo, commit = small_commit(tmp_path, grub=arm64_grub)
     deployment = Deployment(repo.path, REF, commit, kargs=("console=ttyAMA0,115200",))
