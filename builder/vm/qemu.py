@@ -190,13 +190,18 @@ def _clean(line: str) -> str:
     return "".join(out)
 
 
-def probe_accel(disk: Path, seconds: float, wanted: str,
-                cache: Path | None = None, firmware: str = "bios") -> tuple[str, str]:
+def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None = None,
+                firmware: str = "bios", arch: str = "x86_64") -> tuple[str, str]:
     """The accelerator to boot with and why: KVM when /dev/kvm is usable and a KVM boot
     reaches GRUB's menu within `seconds`, else TCG (software emulation). What a probe found
     holds until the host reboots: it is kept in `cache` with the host's boot id."""
     if wanted == "tcg":
         return "tcg", "asked for"
+    if arch != os.uname().machine:
+        # KVM runs the host's own architecture only; the cached answer is about that.
+        if wanted == "kvm":
+            raise BuildError(f"--accel kvm: an {arch} VM on an {os.uname().machine} host")
+        return "tcg", f"an {arch} VM on an {os.uname().machine} host"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         if wanted == "kvm":
             raise BuildError("--accel kvm: /dev/kvm is not usable here")
