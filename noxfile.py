@@ -73,11 +73,14 @@ def vm(session: nox.Session) -> None:
     """The VM tier (issue 31): the pipeline's own disk image boots under QEMU (KVM where it
     works, TCG otherwise) and updates itself; every scenario's (commit, verdict, boot_counter)
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
-    lte-update (~25 min under TCG on 2 cores); `nox -s vm -- bad-update` one (CI)."""
+    lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
+    cores), and each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu;
+    `nox -s vm -- bad-update` both firmwares' rollback (CI), `-- bad-update-uefi` one."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""
-    session.run("python", "-m", "pytest", "tests/vm/test_vm_scenarios.py", "-q", "-rs",
+    session.run("python", "-m", "pytest", "tests/vm/test_vm_scenarios.py",
+                "tests/vm/test_firmware_boot.py", "-q", "-rs",
                 *(["-k", selected] if selected else []),
                 env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_VM": "1"})
 

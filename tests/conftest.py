@@ -30,7 +30,7 @@ collect_ignore = [] if os.environ.get("MSEB_REALSCALE") == "1" else ["realscale"
 # The VM tier boots the pipeline's disk images under QEMU (minutes per scenario under TCG):
 # collected only by `nox -s vm` (MSEB_VM=1).
 if os.environ.get("MSEB_VM") != "1":
-    collect_ignore.append("vm/test_vm_scenarios.py")
+    collect_ignore += ["vm/test_vm_scenarios.py", "vm/test_firmware_boot.py"]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -71,9 +71,15 @@ def debian_source(arch: str, mirror: str | None = None) -> DebianSource:
 
 
 def read_packages(path: Path, debian_arch: str) -> tuple[str, ...]:
+    """One package a line; `{debarch}` is the Debian architecture, and a line ending in
+    `[ARCH]` is that architecture's only."""
     names = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         name = line.split("#", 1)[0].strip().replace("{debarch}", debian_arch)
+        if name.endswith("]") and "[" in name:
+            name, only = (part.strip() for part in name[:-1].split("[", 1))
+            if only != debian_arch:
+                continue
         if not name:
             continue
         if not all(c.isalnum() or c in "+-.:" for c in name):

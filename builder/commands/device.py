@@ -92,6 +92,9 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
                           help="--vm: stop the VM when the scenario has not settled after "
                                "this long (default: 1200, twice bad-update's boots under TCG)")
     simulate.add_argument("--mirror", help="--vm: Debian mirror for the SAMPLE bootable base")
+    simulate.add_argument("--firmware", choices=("uefi", "bios"), default="uefi",
+                          help="--vm: boot a GPT disk through OVMF (uefi, the default) or an "
+                               "MBR disk through SeaBIOS (bios)")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
 
@@ -331,11 +334,12 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
     # The simulated sysroot's default wait (2 s) is far too short for a real boot under TCG.
     wait = args.wait_timeout or 15
     options = VmOptions(work=work, accel=args.accel, wait_timeout=wait,
-                        time_limit=float(args.time_limit), mirror=args.mirror)
+                        time_limit=float(args.time_limit), mirror=args.mirror,
+                        firmware=args.firmware)
     outcome = run_and_check(ctx.for_arch(arch), VM_SCENARIOS[args.scenario], options)
     if args.report_json:
         args.report_json.write_text(outcome_json(outcome) + "\n")
     verdict = "PASSED" if outcome.passed else "FAILED"
-    print(f"scenario {args.scenario} (VM, {outcome.accel}): {verdict} "
+    print(f"scenario {args.scenario} (VM, {outcome.firmware}, {outcome.accel}): {verdict} "
           f"({sum(ok for _, ok in outcome.checks)}/{len(outcome.checks)} expectations)")
     return 0 if outcome.passed else 1

@@ -13,8 +13,9 @@ from builder.core.errors import InputError
 
 def register(sub: Any) -> None:
     disk = sub.add_parser(
-        "disk", help="a bootable disk image (BUILD_DIR/disk/NAME.ARCH.raw and .qcow2) of an "
-                     "image's commit on the SAMPLE bootable base (needs root)")
+        "disk", help="a bootable disk image (BUILD_DIR/disk/NAME.ARCH.raw and .qcow2; UEFI, "
+                     "or BIOS with --firmware bios) of an image's commit on the SAMPLE "
+                     "bootable base (needs root)")
     add_build_dir(disk)
     disk.add_argument("--image", required=True, metavar="NAME",
                       help="the image whose ref's head is deployed")
@@ -25,6 +26,10 @@ def register(sub: Any) -> None:
                       help="ASCII-armored public key the commits are signed with (default: "
                            "the build's SAMPLE key when it signed them)")
     disk.add_argument("--no-qcow2", action="store_true", help="only the raw image")
+    disk.add_argument("--firmware", choices=("uefi", "bios"), default="uefi",
+                      help="uefi (default, as edge-raw-image): GPT with an EFI system "
+                           "partition; bios (x86_64): MBR with GRUB's core image, written "
+                           "as NAME.ARCH.bios.raw")
     disk.set_defaults(func=cmd_disk)
 
 
@@ -52,9 +57,13 @@ def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
         key = args.gpg_key or (sample_key if sample_key.is_file() else None)
         deployment = Deployment(repo.path, ref, commit, remote_url=args.url or "",
                                 gpg_key=key)
-        with run.progress.step(f"disk image of {args.image} ({arch}) = {commit[:12]}"):
-            image = build_disk(run.runner, deployment, run.layout.disks, f"{args.image}.{arch}",
-                               epoch=run.release.source_date_epoch, qcow2=not args.no_qcow2)
+        # The default firmware's image keeps the plain name; the other one's is apart.
+        name = f"{args.image}.{arch}" + (".bios" if args.firmware == "bios" else "")
+        with run.progress.step(f"{args.firmware} disk image of {args.image} ({arch}) = "
+                               f"{commit[:12]}"):
+            image = build_disk(run.runner, deployment, run.layout.disks, name,
+                               epoch=run.release.source_date_epoch, qcow2=not args.no_qcow2,
+                               firmware=args.firmware, arch=arch)
             state = "written" if image.built else "unchanged"
             for path in (image.raw, image.qcow2, image.manifest):
                 if path is not None:

@@ -1,10 +1,13 @@
-"""A raw (and qcow2) disk image of a deployed commit: MBR, /boot and root ext4 partitions.
+"""A raw (and qcow2) disk image of a deployed commit: /boot and root ext4 partitions behind a
+GPT with an EFI system partition (UEFI, the default) or behind an MBR (BIOS).
 
 The file systems are made from the deployed sysroot directory with `mke2fs -d` (no loop
 device, no mount: nothing to leave behind when the build is killed), their UUIDs and hash
 seeds derived from the image's identity, their times clamped (E2FSPROGS_FAKE_TIME and every
-file's mtime at most SOURCE_DATE_EPOCH), so the same inputs give the same bytes. GRUB goes
-into the MBR and the gap before the first partition (builder.disk.grub).
+file's mtime at most SOURCE_DATE_EPOCH), so the same inputs give the same bytes. Under BIOS,
+GRUB goes into the MBR and the gap before the first partition (builder.disk.grub); under
+UEFI, into the EFI system partition (builder.disk.efi). Where the partitions are is
+builder.disk.layout's.
 """
 
 from __future__ import annotations
@@ -23,14 +26,22 @@ from builder.core.diskspace import MiB, ensure_space
 from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.core.steps import canonical_json, file_digest
+from builder.disk import efi
 from builder.disk.deployment import Deployment, deploy_sysroot, move_boot
 from builder.disk.grub import PLATFORM_DIR, install_bios_boot, make_core_image
+from builder.disk.layout import (
+    BOOT_SIZE,
+    DEFAULT_FIRMWARE,
+    FIRST_SECTOR,
+    NAMESPACE,
+    Layout,
+    esp_volume_id,
+)
+
+__all__ = ["BOOT_SIZE", "FIRST_SECTOR", "DiskImage", "build_disk", "disk_identity"]
 
 LAYOUT = 1                  # bump when the disk's layout changes: part of its identity
-FIRST_SECTOR = 2048         # the boot partition starts at 1 MiB; GRUB's core image before it
-BOOT_SIZE = 384 * MiB
 MIN_ROOT = 2048 * MiB
-NAMESPACE = uuid.UUID("5e0f2a43-6c38-4bb4-9d58-6b1c8f1d2e77")
 
 
 @dataclass(frozen=True)
@@ -43,16 +54,23 @@ class DiskImage:
     root_uuid: str
     size: int
     built: bool
+    firmware: str = "bios"
 
 
 def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
-               epoch: int, qcow2: bool = True) -> DiskImage:
-    """out/NAME.raw (+ .qcow2) and out/NAME.json, unless they exist for the same inputs."""
+               epoch: int, qcow2: bool = True, firmware: str = DEFAULT_FIRMWARE,
+               arch: str = "x86_64") -> DiskImage:
+    """out/NAME.raw (+ .qcow2) and out/NAME.json, unless they exist for the same inputs.
+    `firmware` is uefi or bios (x86_64 only); `arch` picks UEFI GRUB's platform."""
     if os.geteuid() != 0:
         raise BuildError("a disk image needs root: the deployed files keep their owners "
                          "(ostree admin deploy) and the file systems are made from them",
                          hint="run it as root (sudo), as the compose runs")
-    identity = disk_identity(deployment, epoch)
+    layout = Layout(firmware)
+    if firmware == "bios" and arch != "x86_64":
+        raise BuildError(f"a BIOS disk image is for x86_64, not {arch}",
+                         hint="drop --firmware bios: UEFI is the default")
+    identity = disk_identity(deployment, epoch, firmware, arch)
     raw, manifest = out / f"{name}.raw", out / f"{name}.json"
     image = _existing(manifest, identity)
     if image is not None:
@@ -65,17 +83,18 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
                                 for part in ("boot", "root"))
         stage = work / "sysroot"
         stage.mkdir()
-        deploy_sysroot(runner, stage, deployment, boot_uuid=boot_uuid, root_uuid=root_uuid,
-                       work=work)
+        deployed = deploy_sysroot(runner, stage, deployment, boot_uuid=boot_uuid,
+                                  root_uuid=root_uuid, work=work)
         move_boot(stage, work / "boot")
         disk = work / raw.name
         size = _make_disk(runner, disk, work, stage=stage, uuids=(boot_uuid, root_uuid),
-                          identity=identity, epoch=epoch)
+                          identity=identity, epoch=epoch, layout=layout, arch=arch,
+                          deployed=deployed)
         copy = work / f"{name}.qcow2" if qcow2 else None
         if copy is not None:
             runner.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(disk), str(copy)])
         image = DiskImage(raw, out / copy.name if copy else None, manifest, deployment.commit,
-                          boot_uuid, root_uuid, size, built=True)
+                          boot_uuid, root_uuid, size, built=True, firmware=firmware)
         record = {"identity": identity, **_jsonable(image),
                   "sha256": {raw.name: file_digest(disk)}, "ref": deployment.ref,
                   "remote": deployment.remote, "remote_url": deployment.remote_url}
@@ -89,9 +108,13 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
         shutil.rmtree(work, ignore_errors=True)
 
 
-def disk_identity(deployment: Deployment, epoch: int) -> str:
+def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
+                  arch: str = "x86_64") -> str:
+    """What the image's bytes depend on. A BIOS image's identity is what it was before UEFI
+    images existed (their images are still current); a UEFI image's adds the firmware, the
+    architecture and the EFI GRUB it carries."""
     d = deployment
-    return hashlib.sha256(canonical_json({
+    fields: dict[str, object] = {
         "commit": d.commit, "ref": d.ref, "remote": d.remote, "url": d.remote_url,
         "key": file_digest(d.gpg_key) if d.gpg_key else None, "osname": d.osname,
         "kargs": list(d.kargs), "epoch": epoch, "layout": LAYOUT,
@@ -99,7 +122,16 @@ def disk_identity(deployment: Deployment, epoch: int) -> str:
         "var": {k: hashlib.sha256(v).hexdigest() for k, v in sorted(d.var_files.items())},
         "links": dict(sorted(d.etc_links.items())),
         "grub": file_digest(PLATFORM_DIR / "boot.img") if PLATFORM_DIR.is_dir() else None,
-    })).hexdigest()
+    }
+    if firmware != "bios":
+        kernel = efi.platform(arch).directory / "kernel.img"
+        # What this code puts on the ESP is part of it too: an image made with an older
+        # embedded config must not be reused.
+        fields.update(firmware=firmware, arch=arch,
+                      grub=file_digest(kernel) if kernel.is_file() else None,
+                      esp={"size": Layout(firmware).esp_size, "modules": list(efi.MODULES),
+                           "config": efi.embedded_config("BOOT-UUID")})
+    return hashlib.sha256(canonical_json(fields)).hexdigest()
 
 
 def _existing(manifest: Path, identity: str) -> DiskImage | None:
@@ -112,7 +144,8 @@ def _existing(manifest: Path, identity: str) -> DiskImage | None:
         return None
     qcow2 = Path(record["qcow2"]) if record.get("qcow2") else None
     return DiskImage(raw, qcow2, manifest, record["commit"], record["boot_uuid"],
-                     record["root_uuid"], record["size"], built=False)
+                     record["root_uuid"], record["size"], built=False,
+                     firmware=record.get("firmware", "bios"))
 
 
 def _jsonable(image: DiskImage) -> dict[str, object]:
@@ -121,7 +154,8 @@ def _jsonable(image: DiskImage) -> dict[str, object]:
 
 
 def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
-               uuids: tuple[str, str], identity: str, epoch: int) -> int:
+               uuids: tuple[str, str], identity: str, epoch: int, layout: Layout,
+               arch: str, deployed: Path) -> int:
     """Partition `disk` and fill it: GRUB, /boot from work/boot, the root from `stage`."""
     clamp_times(work / "boot", epoch)
     clamp_times(stage, epoch)
@@ -132,21 +166,25 @@ def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
           epoch=epoch)
     _mkfs(runner, root_img, root_size, source=stage, label="root", fs_uuid=uuids[1],
           epoch=epoch)
-    size = FIRST_SECTOR * 512 + BOOT_SIZE + root_size
+    parts = [(boot_img, layout.boot_offset), (root_img, layout.root_offset)]
+    if layout.esp_size:
+        esp_img = work / "esp.vfat"
+        efi.make_esp(runner, esp_img, layout.esp_size,
+                     tree=efi.esp_tree(runner, arch, work, uuids[0], deployed),
+                     volume_id=esp_volume_id(identity), epoch=epoch)
+        parts.insert(0, (esp_img, FIRST_SECTOR * 512))
+    size = layout.disk_size(root_size)
     with disk.open("wb") as handle:
         handle.truncate(size)
-    root_start = FIRST_SECTOR + BOOT_SIZE // 512
-    table = (f"label: dos\nlabel-id: 0x{identity[:8]}\n"
-             f"start={FIRST_SECTOR}, size={BOOT_SIZE // 512}, type=83, bootable\n"
-             f"start={root_start}, size={root_size // 512}, type=83\n")
     runner.run(["sfdisk", "--quiet", "--no-reread", "--no-tell-kernel", str(disk)],
-               input=table.encode())
-    for image, sector in ((boot_img, FIRST_SECTOR), (root_img, root_start)):
-        runner.run(["dd", f"if={image}", f"of={disk}", "bs=1M", f"seek={sector * 512}",
+               input=layout.table(identity, root_size).encode())
+    for image, offset in parts:
+        runner.run(["dd", f"if={image}", f"of={disk}", "bs=1M", f"seek={offset}",
                     "oflag=seek_bytes", "conv=notrunc,sparse", "status=none"])
         image.unlink()
-    core = make_core_image(runner, work / "core.img", "(hd0,msdos1)/grub2")
-    install_bios_boot(disk, core, FIRST_SECTOR)
+    if layout.firmware == "bios":
+        core = make_core_image(runner, work / "core.img", "(hd0,msdos1)/grub2")
+        install_bios_boot(disk, core, FIRST_SECTOR)
     return size
 
 

@@ -6,6 +6,8 @@ in-place reset). The guest's only network is QEMU's user network with `restrict=
 reaches nothing but the forwards given here, each a service on this machine's loopback,
 through `guestfwd` (a relay process per connection, builder.vm.guest_relay). QEMU dies with the
 process that started it (setpriv --pdeathsig), so a killed scenario leaves no VM behind.
+The firmware is SeaBIOS (QEMU's default) or OVMF (UEFI, builder.vm.firmware) with the VM's
+own variable store, which persists across the boots as a device's NVRAM does.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ from pathlib import Path
 from builder.core.errors import BuildError, MissingToolError
 from builder.core.files import write_atomic
 from builder.core.runner import find_tool
+from builder.vm.firmware import ensure_vars, pflash_options, vars_path
 
 QEMU = "qemu-system-x86_64"
+# arm64 VMs: QEMU's virt board, a CPU TCG emulates quickly (`max` adds pointer
+# authentication, which costs under TCG), the PL011 UART as the console (ttyAMA0).
+QEMU_AARCH64 = ("qemu-system-aarch64", "virt", "cortex-a57")
 
 
 @dataclass(frozen=True)
@@ -53,16 +59,29 @@ class Machine:
     cpus: int = 2
     forwards: tuple[Forward, ...] = ()
     snapshot: bool = False             # writes go to a temporary overlay, not the disk
+    firmware: str = "bios"             # bios (SeaBIOS) or uefi (OVMF, AAVMF on aarch64)
+    arch: str = "x86_64"               # x86_64 or aarch64 (UEFI only)
+    # uefi: the VM's firmware variables (builder.vm.firmware.ensure_vars: beside the disk)
+    variables: Path | None = None
 
     def argv(self, serial: Path, qmp: Path) -> list[str]:
-        qemu = find_tool(QEMU)
+        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
+                               (QEMU, "pc", "qemu64,-svm"))
+        qemu = find_tool(program)
         if qemu is None:
-            raise MissingToolError(QEMU)
+            raise MissingToolError(program)
+        if self.arch == "aarch64" and self.firmware != "uefi":
+            raise BuildError("an aarch64 VM boots through UEFI only",
+                             hint="drop --firmware bios")
         netdev = ",".join(["user", "id=net0", "restrict=on",
                            *(forward.option() for forward in self.forwards)])
         # QEMU's default CPU model offers AMD's SVM: the guest's udev then loads kvm and
         # kvm_amd at every boot, seconds of emulated CPU for a hypervisor nobody runs there.
-        return [qemu, "-machine", f"pc,accel={self.accel}", "-cpu", "qemu64,-svm",
+        uefi: list[str] = []
+        if self.firmware == "uefi":
+            uefi = pflash_options(self.variables or ensure_vars(self.disk, self.arch),
+                                  self.arch)
+        return [qemu, "-machine", f"{board},accel={self.accel}", "-cpu", cpu, *uefi,
                 "-m", str(self.memory_mib),
                 "-smp", str(self.cpus), "-nodefaults", "-display", "none", "-no-reboot",
                 "-drive", f"file={self.disk},format=raw,if=virtio,cache=unsafe"
@@ -171,20 +190,25 @@ def _clean(line: str) -> str:
     return "".join(out)
 
 
-def probe_accel(disk: Path, seconds: float, wanted: str,
-                cache: Path | None = None) -> tuple[str, str]:
+def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None = None,
+                firmware: str = "bios", arch: str = "x86_64") -> tuple[str, str]:
     """The accelerator to boot with and why: KVM when /dev/kvm is usable and a KVM boot
     reaches GRUB's menu within `seconds`, else TCG (software emulation). What a probe found
     holds until the host reboots: it is kept in `cache` with the host's boot id."""
     if wanted == "tcg":
         return "tcg", "asked for"
+    if arch != os.uname().machine:
+        # KVM runs the host's own architecture only; the cached answer is about that.
+        if wanted == "kvm":
+            raise BuildError(f"--accel kvm: an {arch} VM on an {os.uname().machine} host")
+        return "tcg", f"an {arch} VM on an {os.uname().machine} host"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         if wanted == "kvm":
             raise BuildError("--accel kvm: /dev/kvm is not usable here")
         return "tcg", "no usable /dev/kvm"
     found = _cached_probe(cache)
     if found is None:
-        found = _probe_kvm(disk, seconds)
+        found = _probe_kvm(disk, seconds, firmware)
         if cache is not None:
             write_atomic(cache, json.dumps({"boot_id": _boot_id(), "accel": found[0],
                                             "reason": found[1]}).encode())
@@ -194,10 +218,22 @@ def probe_accel(disk: Path, seconds: float, wanted: str,
     return accel, reason
 
 
-def _probe_kvm(disk: Path, seconds: float) -> tuple[str, str]:
+def _probe_kvm(disk: Path, seconds: float, firmware: str) -> tuple[str, str]:
     work = disk.parent
-    probe = Machine(disk, accel="kvm", snapshot=True)
+    # The probe's firmware variables are its own: the VM's NVRAM starts as a device's would.
+    variables = vars_path(work / "kvm-probe")
+    variables.unlink(missing_ok=True)
+    probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware,
+                    variables=ensure_vars(work / "kvm-probe") if firmware == "uefi" else None)
     serial, qmp = work / "kvm-probe.serial", work / "kvm-probe.qmp"
+    try:
+        return _probe_boot(probe, serial, qmp, seconds)
+    finally:
+        serial.unlink(missing_ok=True)
+        variables.unlink(missing_ok=True)
+
+
+def _probe_boot(probe: Machine, serial: Path, qmp: Path, seconds: float) -> tuple[str, str]:
     with power_on(probe, serial, qmp) as boot:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline and boot.running():
@@ -206,7 +242,6 @@ def _probe_kvm(disk: Path, seconds: float) -> tuple[str, str]:
             time.sleep(0.2)
         error = "" if boot.running() else (boot.process.stderr.read().decode(errors="replace")
                                            if boot.process.stderr else "")
-    serial.unlink(missing_ok=True)
     detail = f": {error.strip()[:200]}" if error.strip() else ""
     return "tcg", f"a KVM boot did not reach GRUB within {seconds:g}s{detail}"
 

@@ -25,10 +25,12 @@ from builder.core.errors import BuildError
 from builder.device.repo_server import RepoServer
 from builder.disk.deployment import Deployment
 from builder.disk.image import build_disk
+from builder.disk.layout import DEFAULT_FIRMWARE
 from builder.rpm.sample_base import build_sample_base
 from builder.updater.index import INDEX, parse_index
 from builder.vm.boots import BootRecord, watch
 from builder.vm.disk_state import DiskState
+from builder.vm.firmware import ensure_vars
 from builder.vm.qemu import Forward, Machine, power_on, probe_accel
 from builder.vm.releases import IMAGE, BuiltPair, build_pair, write_release_files
 
@@ -69,6 +71,7 @@ class VmOptions:
     # 2-core machine (552 s); beside a test suite they took over 900 s.
     time_limit: float = 1200.0
     mirror: str | None = None
+    firmware: str = DEFAULT_FIRMWARE   # uefi (OVMF, GPT disk with an ESP) or bios (SeaBIOS, MBR)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class FinalState:
 @dataclass
 class VmOutcome:
     scenario: str
+    firmware: str = DEFAULT_FIRMWARE
     accel: str = ""
     accel_reason: str = ""
     pair: BuiltPair | None = None
@@ -145,25 +149,29 @@ GUEST_LINKS = {"systemd/system/multi-user.target.wants/microshift-update.service
 
 
 def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmOutcome:
-    outcome = VmOutcome(scenario.name)
+    outcome = VmOutcome(scenario.name, firmware=options.firmware)
     started = time.monotonic()
     with ctx.progress.step(f"{scenario.name}: v1 and v2 on the SAMPLE bootable base"):
         pair = outcome.pair = prepare(ctx, scenario, options)
     outcome.seconds["build"] = time.monotonic() - started
-    run = options.work / "run"
+    # Each firmware's boots keep their own console logs (the test tier runs both).
+    run = options.work / f"run-{options.firmware}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    with ctx.progress.step(f"{scenario.name}: disk image of v1"):
+    with ctx.progress.step(f"{scenario.name}: {options.firmware} disk image of v1"):
         disk = _disk(ctx, pair, scenario, options, run)
     outcome.accel, outcome.accel_reason = probe_accel(
-        disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel)
+        disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel,
+        firmware=options.firmware)
     ctx.progress.info(f"accelerator: {outcome.accel} ({outcome.accel_reason})")
     server = RepoServer(pair.build_dir / "ostree/repo", updates=pair.build_dir / "deltas")
     with server:
         if scenario.cuts:
             server.cut_delta_at(_cut_offsets(pair, scenario.cuts))
+        uefi = options.firmware == "uefi"
         machine = Machine(disk, accel=outcome.accel, forwards=(
-            Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),))
+            Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),),
+            firmware=options.firmware, variables=ensure_vars(disk) if uefi else None)
         with ctx.progress.step(f"{scenario.name}: boot until greenboot settles"):
             _boot_until_settled(ctx, machine, run, options, outcome)
         stats = server.stats
@@ -172,7 +180,7 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
                           "duplicate_delta_bytes": stats.duplicate_delta_bytes()}
     outcome.seconds["boots"] = sum(b.seconds for b in outcome.boots)
     outcome.seconds["total"] = time.monotonic() - started
-    _final_state(ctx, disk, outcome)
+    _final_state(ctx, disk, outcome, options.firmware)
     return outcome
 
 
@@ -186,8 +194,9 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
         etc_files=guest_settings(scenario, options), etc_links=GUEST_LINKS,
         var_files={MARKER: MARKER_TEXT.encode()})
     image = build_disk(ctx.runner, deployment, options.work / "disk",
-                       f"{IMAGE}.{ctx.target_arch}", epoch=ctx.release.source_date_epoch,
-                       qcow2=False)
+                       f"{IMAGE}.{ctx.target_arch}.{options.firmware}",
+                       epoch=ctx.release.source_date_epoch, qcow2=False,
+                       firmware=options.firmware, arch=ctx.target_arch)
     state = "built" if image.built else "unchanged, reused"
     ctx.progress.info(f"disk image {image.raw} ({image.size // (1 << 20)} MiB, {state})")
     disk = run / "disk.raw"
@@ -214,7 +223,7 @@ def cut_offsets(index_path: Path, ref: str, from_commit: str, cuts: int) -> list
 def _boot_until_settled(ctx: Context, machine: Machine, run: Path, options: VmOptions,
                         outcome: VmOutcome) -> None:
     deadline = time.monotonic() + options.time_limit
-    state = DiskState(machine.disk, ctx.runner)
+    state = DiskState(machine.disk, ctx.runner, firmware=machine.firmware)
     for number in range(1, MAX_BOOTS + 1):
         record = BootRecord(number, serial_log=str(run / f"boot-{number}.serial"))
         with power_on(machine, Path(record.serial_log), run / "qmp.sock") as boot:
@@ -236,8 +245,8 @@ def _boot_until_settled(ctx: Context, machine: Machine, run: Path, options: VmOp
     raise BuildError(f"{outcome.scenario}: the VM was still rebooting after {MAX_BOOTS} boots")
 
 
-def _final_state(ctx: Context, disk: Path, outcome: VmOutcome) -> None:
-    state = DiskState(disk, ctx.runner)
+def _final_state(ctx: Context, disk: Path, outcome: VmOutcome, firmware: str) -> None:
+    state = DiskState(disk, ctx.runner, firmware=firmware)
     outcome.final = FinalState(
         deployments=state.deployments(), grubenv=state.grubenv(),
         data_version=(state.var_file("lib/microshift/version") or "").strip() or None,

@@ -63,6 +63,9 @@ def test_the_package_list_names_the_kernel_of_each_architecture() -> None:
     assert "linux-image-cloud-arm64" in debian_source("aarch64").packages
     assert {"ostree-boot", "dracut", "systemd", "python3", "grub-common"} <= \
         set(read_packages(PACKAGES, "amd64"))
+    # arm64's UEFI GRUB is carried by the arm64 base only (Debian has it for arm64 hosts).
+    assert "grub-efi-arm64-bin" in debian_source("aarch64").packages
+    assert not any(name.startswith("grub-efi") for name in debian_source("x86_64").packages)
 
 
 def test_bad_inputs_name_what_is_wrong(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ for the 400 MiB base here; the VM tier (tests/vm/) boots the real one."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,10 +28,14 @@ KVER = "6.1.0-sample"
 EPOCH = 1700000000
 
 
-def small_commit(tmp_path: Path, *, generator: bool = True) -> tuple[Repo, str]:
+def small_commit(tmp_path: Path, *, generator: bool = True,
+                 grub: Path | None = None) -> tuple[Repo, str]:
+    """`grub`: a directory of GRUB modules the commit carries in /usr/lib/grub/NAME."""
     tree = tmp_path / "tree"
     modules = tree / "usr/lib/modules" / KVER
     modules.mkdir(parents=True)
+    if grub is not None:
+        shutil.copytree(grub, tree / "usr/lib/grub" / grub.name)
     (modules / "vmlinuz").write_bytes(b"SAMPLE kernel for the disk image test\n")
     (modules / "initramfs.img").write_bytes(b"SAMPLE initramfs\n")
     (tree / "usr/etc").mkdir()
@@ -60,11 +65,14 @@ def test_the_disk_boots_the_commit_through_grub_and_is_the_same_bytes_twice(
     key.write_text("-----BEGIN PGP PUBLIC KEY BLOCK-----\nSAMPLE\n")
     deployment = Deployment(repo.path, REF, commit, remote_url="http://10.0.2.100/repo/",
                             gpg_key=key, etc_files={"greenboot/greenboot.conf": b"X=1\n"})
-    first = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH)
-    second = build_disk(Runner(), deployment, tmp_path / "b", "test.x86_64", epoch=EPOCH)
+    first = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH,
+                       firmware="bios")
+    second = build_disk(Runner(), deployment, tmp_path / "b", "test.x86_64", epoch=EPOCH,
+                        firmware="bios")
     assert first.raw.read_bytes() == second.raw.read_bytes()
     assert first.qcow2 and second.qcow2 and first.qcow2.read_bytes() == second.qcow2.read_bytes()
-    again = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH)
+    again = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH,
+                       firmware="bios")
     assert not again.built and again.raw == first.raw
 
     raw = first.raw.read_bytes()

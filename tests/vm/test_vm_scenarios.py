@@ -2,7 +2,8 @@
 simulated sysroot (builder/device/) must repeat what real GRUB, systemd and greenboot did.
 
 Collected only by `nox -s vm` (MSEB_VM=1): each scenario builds two releases on the SAMPLE
-bootable base and boots a VM 2 to 5 times (minutes under TCG). CI runs bad-update.
+bootable base and boots a VM 2 to 5 times (minutes under TCG). Every scenario boots the UEFI
+image (OVMF, the default); bad-update boots the BIOS one too. CI runs bad-update.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tests.support.cli import PROJECT_ROOT, RELEASE
 pytestmark = [pytest.mark.integration,
               requires.root_only("the bootable base, the compose and the disk image")]
 SCENARIOS = ("bad-update", "good-update", "lte-update")
+# (scenario, firmware): UEFI for all; BIOS, still offered, for the rollback.
+RUNS = [*((s, "uefi") for s in SCENARIOS), ("bad-update", "bios")]
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +54,19 @@ def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) ->
             for b in [model["first_boot"], *model["boots"]]]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS)
-def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path,
-                                                             scenario: str) -> None:
-    report_file = build_dir / f"{scenario}.json"
-    proc = builder("device", "simulate", "--vm", "--scenario", scenario,
-                   "--build-dir", build_dir, "--report-json", report_file)
+@pytest.mark.parametrize(("scenario", "firmware"), RUNS, ids=[f"{s}-{f}" for s, f in RUNS])
+def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, scenario: str,
+                                                             firmware: str) -> None:
+    report_file = build_dir / f"{scenario}-{firmware}.json"
+    proc = builder("device", "simulate", "--vm", "--scenario", scenario, "--firmware",
+                   firmware, "--build-dir", build_dir, "--report-json", report_file)
     assert report_file.is_file(), proc.stderr[-4000:]
     report = json.loads(report_file.read_text())
     failed = [c["check"] for c in report["checks"] if not c["ok"]]
     assert proc.returncode == 0 and failed == [], (failed, proc.stderr[-4000:])
     boots = report["boots"]
     assert report["accel"] in ("kvm", "tcg") and report["final_commit"] == boots[-1]["commit"]
+    assert report["firmware"] == firmware
     assert all(Path(b["serial_log"]).is_file() and b["seconds"] > 0 for b in boots)
     if scenario == "bad-update":
         assert [(b["verdict"], b["boot_counter"]) for b in boots] == \
@@ -102,7 +106,7 @@ def test_a_killed_vm_scenario_leaves_no_qemu_loop_device_or_mount(build_dir: Pat
         stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 900
-        serial = work / "run" / "boot-1.serial"
+        serial = work / "run-uefi" / "boot-1.serial"
         while not (serial.is_file() and serial.stat().st_size > 0):
             assert process.poll() is None and time.monotonic() < deadline
             time.sleep(1)
