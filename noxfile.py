@@ -75,7 +75,7 @@ def vm(session: nox.Session) -> None:
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
     lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
     cores), and each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu;
-    `nox -s vm -- bad-update` both firmwares' rollback (CI), `-- bad-update-uefi` one."""
+    `nox -s vm -- bad-update` both firmwares' rollback, `-- bad-update-uefi` one (CI)."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""
