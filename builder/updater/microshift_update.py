@@ -58,7 +58,11 @@ from builder.updater.status import STATE_DIR, STATUS, Status, StatusFile
 from builder.updater.update_config import CONFIG_PATH, UpdateConfig, load_update_config
 
 
-class Terminated(BuildError):
+class Terminated(BaseException):
+    """SIGTERM or SIGINT, raised where the run is. Not a BuildError: the handlers that let a
+    run go on after an error (a verdict that could not be signed, ...) must not swallow a
+    stop, or a run told to end goes on pulling."""
+
     def __init__(self, signum: int) -> None:
         name = signal.Signals(signum).name
         super().__init__(f"terminated ({name}): the run stopped; the next run resumes")
@@ -176,9 +180,12 @@ def run_once(root: Path, config_path: Path, report: Path | None) -> int:
     except DamagedState as exc:
         _failed(status_file, flag_damage(state, exc))
         code = 1
+    except Terminated as exc:
+        _failed(status_file, str(exc))
+        code = exc.exit_code
     except BuildError as exc:
         _failed(status_file, one_line(exc))
-        code = exc.exit_code if isinstance(exc, (InputError, Terminated)) else 1
+        code = exc.exit_code if isinstance(exc, InputError) else 1
     finally:
         _on_signals(previous)
     if report is not None and updater is not None:
