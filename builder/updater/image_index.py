@@ -31,6 +31,7 @@ from builder.updater.index import (
     DeltaFile,
     Index,
     UpdateRefused,
+    index_target,
     load_document,
 )
 
@@ -56,12 +57,7 @@ class ImageIndex:
 def parse_image_index(data: bytes, ref: str, what: str) -> ImageIndex:
     doc = load_document(data, INDEX_FORMAT, what)
     try:
-        listed = doc.text("ref", max_length=1024)
-        if listed != ref:
-            raise UpdateRefused(f"{what}: lists ref {listed!r}, the device tracks {ref!r}")
-        to_commit = doc.text("to_commit", pattern=CHECKSUM, allowed="a manifest digest's hex")
-        version = doc.text("to_version", required=False, max_length=256,
-                           allowed="a string or null")
+        to_commit, version = index_target(doc, ref, what, "a manifest digest's hex")
         image = doc.child("image")
         assert image is not None
         reference = image.text("reference", pattern=REFERENCE,

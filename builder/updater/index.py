@@ -154,16 +154,23 @@ def load_document(data: bytes, fmt: str, what: str) -> Doc:
     return doc
 
 
+def index_target(doc: Doc, ref: str, what: str, target: str) -> tuple[str, str | None]:
+    """(to_commit, to_version) of a signed index that lists the device's `ref`; `target`
+    says what to_commit names (a commit checksum, a manifest digest's hex)."""
+    listed = doc.text("ref", max_length=1024)
+    if listed != ref:
+        raise UpdateRefused(f"{what}: lists ref {listed!r}, the device tracks {ref!r}")
+    to_commit = doc.text("to_commit", pattern=CHECKSUM, allowed=target)
+    version = doc.text("to_version", required=False, max_length=256,
+                       allowed="a string or null")
+    return to_commit, version
+
+
 def parse_index(data: bytes, ref: str, what: str) -> Index:
     doc = load_document(data, INDEX_FORMAT, what)
     try:
-        listed = doc.text("ref", max_length=1024)
-        if listed != ref:
-            raise UpdateRefused(f"{what}: lists ref {listed!r}, the device tracks {ref!r}")
-        to_commit = doc.text("to_commit", pattern=CHECKSUM, allowed="a commit checksum "
-                             "(64 hex digits)")
-        version = doc.text("to_version", required=False, max_length=256,
-                           allowed="a string or null")
+        to_commit, version = index_target(doc, ref, what,
+                                          "a commit checksum (64 hex digits)")
         files = doc.array("files")
         return Index(ref, to_commit, version,
                      tuple(_delta_file(entry, to_commit, what, n)
