@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import random
-import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +26,7 @@ from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Layout
 from builder.bootc.tardiff import BadDelta
 from builder.core.runner import Runner
 from tests.support import requires
+from tests.support.oci_images import layer_tar, put_image
 
 pytestmark = pytest.mark.integration
 
@@ -39,34 +38,14 @@ def _zstd() -> None:
     requires.need_tools("zstd")
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def _image(layout: Layout, layers: list[bytes]) -> str:
-    blobs = [layout.put(gzip.compress(layer, mtime=0)) for layer in layers]
-    config = layout.put_json({"rootfs": {"type": "layers", "diff_ids": [
-        "sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]}})
-    manifest = layout.put_json({"schemaVersion": 2, "mediaType": MANIFEST,
-                                "config": config.descriptor(CONFIG),
-                                "layers": [b.descriptor(LAYER) for b in blobs]})
-    return manifest.digest
-
-
 @pytest.fixture
 def built(tmp_path: Path) -> tuple[Layout, str, str, Path, bytes]:
     layout = Layout(tmp_path / "image")
     layout.init()
-    base = _tar({"etc/os-release": b"NAME=sample\n" * 20})
-    old = _image(layout, [base, _tar({"usr/bin/tool": TOOL})])
-    new_layer = _tar({"usr/bin/tool": TOOL[:100] + b"4.14.3" + TOOL[100:]})
-    new = _image(layout, [base, new_layer])
+    base = layer_tar({"etc/os-release": b"NAME=sample\n" * 20})
+    old = put_image(layout, [base, layer_tar({"usr/bin/tool": TOOL})])
+    new_layer = layer_tar({"usr/bin/tool": TOOL[:100] + b"4.14.3" + TOOL[100:]})
+    new = put_image(layout, [base, new_layer])
     return layout, old, new, tmp_path / "delta", new_layer
 
 

@@ -8,20 +8,16 @@ Integration tier: the builder's bsdiff makes the deltas, the real zstd decompres
 
 from __future__ import annotations
 
-import gzip
-import hashlib
-import io
 import json
 import random
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from builder.bootc import tardiff
 from builder.bootc.image_delta import PREFIX, apply_image_delta, unpack_image, write_image_delta
-from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Layout
+from builder.bootc.oci import Layout
 from builder.core.runner import Runner
 from builder.updater.image_apply import (
     HEADER,
@@ -31,6 +27,7 @@ from builder.updater.image_apply import (
 )
 from builder.updater.image_layers import rebuild_layers, write_layout
 from tests.support import requires
+from tests.support.oci_images import layer_tar, put_image
 
 pytestmark = pytest.mark.integration
 
@@ -43,36 +40,16 @@ def _zstd() -> None:
     requires.need_tools("zstd")
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-def _image(layout: Layout, layers: list[bytes]) -> str:
-    blobs = [layout.put(gzip.compress(layer, mtime=0)) for layer in layers]
-    config = layout.put_json({"rootfs": {"type": "layers", "diff_ids": [
-        "sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]}})
-    manifest = layout.put_json({"schemaVersion": 2, "mediaType": MANIFEST,
-                                "config": config.descriptor(CONFIG),
-                                "layers": [b.descriptor(LAYER) for b in blobs]})
-    return manifest.digest
-
-
 @pytest.fixture
 def built(tmp_path: Path) -> tuple[Layout, str, str, Path, Path]:
     """Two images and their delta: the tool patched, /etc's config changed, a file moved."""
     layout = Layout(tmp_path / "image")
     layout.init()
     conf = b"option = 1\n" * 300
-    base = _tar({"usr/lib/os-release": b"NAME=sample\n" * 20})
-    old = _image(layout, [base, _tar({"usr/bin/tool": TOOL, "etc/tool.conf": conf,
+    base = layer_tar({"usr/lib/os-release": b"NAME=sample\n" * 20})
+    old = put_image(layout, [base, layer_tar({"usr/bin/tool": TOOL, "etc/tool.conf": conf,
                                       "usr/share/a/data": TOOL[::-1]})])
-    new = _image(layout, [base, _tar({
+    new = put_image(layout, [base, layer_tar({
         "usr/bin/tool": TOOL[:100] + b"4.14.3" + TOOL[100:],
         "etc/tool.conf": conf + b"option = 2\n", "usr/share/b/data": TOOL[::-1]})])
     dest = tmp_path / "delta"
@@ -123,7 +100,7 @@ def _swap_layer(dest: Path, data: bytes) -> None:
 def test_a_delta_rebuilding_another_layer_is_refused_and_leaves_nothing(
         built: tuple[Layout, str, str, Path, Path], tmp_path: Path) -> None:
     _, _, new, dest, device = built
-    other = _tar({"usr/bin/tool": b"a tool the release never had\n" * 10})
+    other = layer_tar({"usr/bin/tool": b"a tool the release never had\n" * 10})
     forged, _ = tardiff.make(other, tardiff.index_sources(device), Runner())
     _swap_layer(dest, forged)
     with pytest.raises(BadImageDelta) as caught:
