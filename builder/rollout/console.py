@@ -116,8 +116,9 @@ class Console:
     def _refusal(self, request: web.Request, *, admin: bool) -> web.Response | None:
         peer = request.remote or "?"
         now = self.clock()
-        recent = [t for t in self.failures.get(peer, []) if now - t < 60]
-        self.failures[peer] = recent
+        recent = [t for t in self.failures.pop(peer, []) if now - t < 60]
+        if recent:   # an address with no recent failure keeps no entry: the map stays small
+            self.failures[peer] = recent
         if len(recent) >= FAILURES_PER_MINUTE:
             return _answer(429, "too many wrong tokens from this address; wait a minute")
         if admin and self.admin_token is None:
@@ -130,7 +131,7 @@ class Console:
             if scheme.lower() != "bearer" or not any(
                     expected and hmac.compare_digest(token.encode(), expected.encode())
                     for expected in wanted):
-                recent.append(now)
+                self.failures[peer] = [*recent, now]
                 self.log(f"console: a wrong or missing {'admin' if admin else 'viewer'} "
                          f"token from {peer}")
                 return _answer(401, "a valid " + ("admin" if admin else "viewer") +
