@@ -93,9 +93,12 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
 
 
 def publish_index(ctx: Context, key: SigningKey, updates: Path, old: str, new: str, *,
-                  delta_file: Path, version: str) -> None:
+                  delta_file: Path | None, version: str) -> None:
+    """The signed index and statement; without `delta_file` the index offers no delta (a
+    device then pulls the layers it lacks from the registry)."""
     release = ImageRelease(IMAGE_REF, SAMPLE_REFERENCE, new, version, None, None)
-    write_image_index(ctx, key, updates, release, [(old, delta_file)])
+    write_image_index(ctx, key, updates, release,
+                      [(old, delta_file)] if delta_file is not None else [])
     sign_timestamp(ctx.runner, key, updates, IMAGE_REF, DEFAULT_VALIDITY_SECONDS)
 
 

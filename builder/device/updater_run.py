@@ -68,6 +68,8 @@ class UpdateReport:
     rate_kbit: int | None
     target: str | None
     log: tuple[str, ...] = ()
+    layer_bytes: int = 0            # image mode without a delta: the layers pulled
+    received: int = 0               # what the updater itself counted, from any server
 
     def ratio(self) -> float | None:
         return self.bytes_on_wire / self.delta_bytes if self.delta_bytes else None
@@ -237,7 +239,8 @@ def _run(device: Device, root: Path, prefix: list[str], server: RepoServer) -> U
         interruptions=stats.cut_transfers, resumed=data.get("interruptions", 0),
         requests=stats.requests, seconds=round(seconds, 3),
         download_seconds=data.get("download_seconds"), wire_frame_bytes=None,
-        rate_kbit=None, target=data.get("target"), log=log)
+        rate_kbit=None, target=data.get("target"), log=log,
+        layer_bytes=data.get("layer_bytes", 0), received=data.get("bytes_received", 0))
 
 
 def _with_link(report: UpdateReport, wire: int | None, rate_kbit: int | None) -> UpdateReport:

@@ -56,8 +56,10 @@ class Transfer:
 
 class Download:
     def __init__(self, staging: Path, url: str, delta: DeltaFile, limits: Limits,
-                 report: Callable[[int, int], None]) -> None:
+                 report: Callable[[int, int], None], *,
+                 vouched_by: str = "the signed index") -> None:
         self.staging = staging
+        self.vouched_by = vouched_by   # what names the file's size and sha256
         self.url = url
         self.delta = delta
         self.limits = limits
@@ -212,7 +214,7 @@ class Download:
         if size != self.delta.size or digest != self.delta.sha256:
             self.part.unlink()
             raise UpdateRefused(f"{self.delta.file}: {size} bytes with sha256 "
-                                f"{digest[:16]}..., the signed index says "
+                                f"{digest[:16]}..., {self.vouched_by} says "
                                 f"{self.delta.size} bytes with {self.delta.sha256[:16]}...",
                                 hint="the staged copy was removed; the next run downloads "
                                      "it again")

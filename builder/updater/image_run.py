@@ -9,6 +9,8 @@ The steps of an ostree run (builder/updater/run.py), with images for commits:
    directory (builder/updater/delta_download.py), checked by size and sha256;
 4. every layer it carries rebuilt from the booted deployment's files, each hashing to the
    signed config's diff_id (builder/updater/image_layers.py), within staging_max_bytes;
+   or, when the index has no delta from the booted image, the signed manifest and the
+   layers the device lacks pulled from the registry (builder/updater/image_pull.py);
 5. `bootc switch --transport oci STAGING/image`, and `bootc status` must show it staged.
 A refusal at any step leaves the device on its image with nothing staged.
 """
@@ -18,12 +20,15 @@ from __future__ import annotations
 import json
 import shutil
 import tarfile
+import time
 from pathlib import Path
 from typing import Any
 
 from builder.core.errors import BuildError
+from builder.updater.delta_download import Limits
 from builder.updater.image_index import ImageIndex, parse_image_index, policy_keys
 from builder.updater.image_layers import rebuild_layers, write_layout
+from builder.updater.image_pull import PULL_DIR, LayerPull, write_pulled_layout
 from builder.updater.index import INDEX, DeltaFile, UpdateRefused, fetch_small
 from builder.updater.outcome import Outcome
 from builder.updater.run_state import (
@@ -162,28 +167,18 @@ class ImageRun:
 
     def _update(self, booted: Booted, index: ImageIndex, status: dict[str, Any]) -> None:
         run = self.run
-        delta = index.delta_from("sha256:" + booted.checksum)
-        if delta is None:
-            raise UpdateRefused(f"no delta from sha256:{booted.checksum[:12]} in the index: "
-                                "fetching the changed layers is not built yet",
-                                hint="publish a delta from the images the fleet runs")
-        if delta.size > self.config.staging_max_bytes:
-            raise UpdateRefused(f"{delta.file} is {delta.size} bytes, over staging_max_bytes "
-                                f"{self.config.staging_max_bytes}")
         staging = self.system.root / STAGING
-        _check_space(staging, delta)
-        run.method, run.delta = "image-delta", delta
+        delta = index.delta_from("sha256:" + booted.checksum)
         try:
-            path = run._download(index.index, delta, "", booted)
-            # As the ostree run: the collector hears of the download (its budget grants
-            # slots to devices that downloaded), and a closed window or budget stops here.
-            run._downloaded(run._closed("apply") or run.fleet.budget_hold())
+            if delta is None:
+                local = self._pull(index, staging)
+            else:
+                local = self._fetch_delta(delta, index, booted, staging)
         except Held as held:
             run.fleet.held(held.reason)
             run._set("held", held.reason, target=index.index.to_commit)
             run.log(f"held: {held.reason}")
             return
-        local = self._apply(path, delta, index, booted, staging)
         self._switch(staging / "image", local)
         write_atomic(run._state_file(STAGED), index.index.to_commit + "\n")
         shutil.rmtree(staging, ignore_errors=True)
@@ -197,6 +192,56 @@ class ImageRun:
         run.log(f"staged {index.manifest[:19]} ({run.method}); it boots at the next reboot")
         ostree_booted = status["status"]["booted"]["ostree"]["checksum"]
         run._maybe_reboot(Booted(ostree_booted, "", "", booted.ref, booted.deployment))
+
+    def _fetch_delta(self, delta: DeltaFile, index: ImageIndex, booted: Booted,
+                     staging: Path) -> str:
+        """The delta file downloaded and its layers rebuilt: STAGING/image's local digest."""
+        run = self.run
+        if delta.size > self.config.staging_max_bytes:
+            raise UpdateRefused(f"{delta.file} is {delta.size} bytes, over staging_max_bytes "
+                                f"{self.config.staging_max_bytes}")
+        _check_space(staging, delta)
+        run.method, run.delta = "image-delta", delta
+        path = run._download(index.index, delta, "", booted)
+        # As the ostree run: the collector hears of the download (its budget grants
+        # slots to devices that downloaded), and a closed window or budget stops here.
+        run._downloaded(run._closed("apply") or run.fleet.budget_hold())
+        return self._apply(path, delta, index, booted, staging)
+
+    def _pull(self, index: ImageIndex, staging: Path) -> str:
+        """No delta from the booted image: the layers it lacks, from the registry."""
+        run = self.run
+        run.method = "image-layers"
+        pull = LayerPull(run, index, staging)
+        manifest, config, parts = pull.documents()
+        layers = pull.missing(parts)
+        size = sum(layer["size"] for layer in layers)
+        run.log(f"no delta from the booted image in the index: {len(layers)} of {len(parts)} "
+                f"layers ({size} bytes) from {pull.base}")
+        if size > self.config.staging_max_bytes:
+            raise UpdateRefused(f"the {len(layers)} layers the device lacks are {size} bytes, "
+                                f"over staging_max_bytes {self.config.staging_max_bytes}")
+        _check_space(staging, DeltaFile("layers", None, index.index.to_commit, size, ""))
+        run._set("downloading", pull.base, target=index.index.to_commit, bytes_total=size,
+                 target_version=index.index.to_version or "")
+        limits = Limits(self.config.max_bytes_per_second, self.config.retries,
+                        float(self.config.retry_delay_seconds), run.patience)
+        downloads = pull.downloads(layers, limits)
+        if not all(one.complete() for one in downloads):
+            run._gate("download")
+        started = time.monotonic()
+        try:
+            files = pull.fetch(downloads)
+        finally:
+            run.transfer, run.layer_bytes = pull.transfer, size
+            run.download_seconds = round(time.monotonic() - started, 3)
+        run.log(f"pulled {len(files)} layers, {pull.transfer.received} bytes in "
+                f"{pull.transfer.requests} requests, {pull.transfer.interruptions} cuts "
+                "resumed; each layer's size and digest match the signed manifest")
+        run._downloaded(run._closed("apply") or run.fleet.budget_hold())
+        write_pulled_layout(staging / "image", manifest, index.manifest, config, files)
+        shutil.rmtree(staging / PULL_DIR, ignore_errors=True)
+        return index.manifest
 
     def _apply(self, path: Path, delta: DeltaFile, index: ImageIndex, booted: Booted,
                staging: Path) -> str:

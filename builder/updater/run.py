@@ -69,6 +69,7 @@ class Run:
         self.delta: DeltaFile | None = None
         self.transfer = Transfer()
         self.metadata_bytes = 0
+        self.layer_bytes = 0      # image mode without a delta: the layers pulled
         self.download_seconds: float | None = None
         self.rebooted = False
         self.statement: Timestamp | None = None
@@ -78,7 +79,7 @@ class Run:
         return {"method": self.method or None, "state": self.status.state,
                 "target": self.status.target or None,
                 "delta_bytes": self.delta.size if self.delta else None,
-                "metadata_bytes": self.metadata_bytes,
+                "metadata_bytes": self.metadata_bytes, "layer_bytes": self.layer_bytes,
                 "bytes_received": self.transfer.received, "requests": self.transfer.requests,
                 "resumed_from": self.transfer.resumed_from,
                 "interruptions": self.transfer.interruptions,

@@ -70,6 +70,7 @@ class UpdateConfig:
     labels: tuple[tuple[str, str], ...] = ()   # matched by rollout waves with labels
     mode: str = "ostree"      # "image": a bootc device, updated by image (image_run.py)
     image_ref: str = ""       # image mode: the updates/REF/ its signed index is under
+    image_registry_url: str = ""   # image mode without a delta: "" is https://REGISTRY
 
     def now(self) -> dt.datetime:
         """The time the windows are read in."""
@@ -123,6 +124,9 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
     image_ref = top.get("image_ref", str, "")
     top.check("image_ref", image_ref, lambda r: r == "" or IMAGE_REF_RE.match(r),
               "the ref of the image's updates (letters, digits, '.', '_', '-', '/')")
+    registry = top.get("image_registry_url", str, "")
+    top.check("image_registry_url", registry, lambda u: u == "" or URL_RE.match(u),
+              "an http:// or https:// URL without spaces (a registry or its mirror)")
     if mode == "image" and not (image_ref and url):
         raise top.error("mode", "image needs image_ref and updates_url; allowed: both set")
     top.close()
@@ -130,7 +134,8 @@ def parse_update_config(data: object, file: str) -> UpdateConfig:
                         reboot=reboot, allow_downgrade=downgrade, time_zone=zone,
                         maintenance_window=maintenance, download_window=download,
                         apply_window=apply, collector_url=collector, labels=labels,
-                        mode=mode, image_ref=image_ref, **numbers)
+                        mode=mode, image_ref=image_ref,
+                        image_registry_url=registry.rstrip("/"), **numbers)
 
 
 def _labels(top: Fields) -> tuple[tuple[str, str], ...]:

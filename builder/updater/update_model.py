@@ -69,6 +69,10 @@ class UpdateDocument(Model):
         "updates_url"))
     image_ref: str = Field("", pattern=f"{IMAGE_REF_RE.pattern}|^$", description=(
         "image mode: the ref its signed index is published under (updates/REF/)"))
+    image_registry_url: str = Field("", pattern=f"{URL_RE.pattern}|^$", description=(
+        "image mode: where the image's layers are pulled when the index has no delta from "
+        "the booted image (a registry or its mirror, e.g. http://10.0.2.100:5000); empty: "
+        "https:// and the registry of the image's reference"))
     labels: dict[Label, Label] = Field(default_factory=dict, max_length=MAX_LABELS,
                                        description="this device's labels, matched by rollout "
                                                    "waves that select devices by label")
