@@ -83,4 +83,15 @@ def row(mode: dict[str, Any]) -> list[str]:
             f"rebuilt); single-layer image {mode['single_layer_bytes'] / mib:.2f} MiB",
             f"image mode as a tar-diff delta (oci-delta layout): {mode['tar_diff_bytes']} bytes "
             f"= {mode.get('tar_diff_vs_static_delta')} of the ostree static delta (target <= "
-            f"{DELTA_TARGET}), made in {mode['tar_diff_seconds']} s"]
+            f"{DELTA_TARGET}), made in {mode['tar_diff_seconds']} s", *device_row(mode)]
+
+
+def device_row(mode: dict[str, Any]) -> list[str]:
+    device = mode.get("device")
+    if not device:
+        return []
+    return [f"an image-mode device (SAMPLE bootc, microshift-update): {device['bytes_on_wire']} "
+            f"bytes on the wire ({device['delta_file_bytes']} delta file, "
+            f"{device['metadata_bytes']} signed metadata), {device['cuts']} cuts resumed, "
+            f"{device['duplicate_bytes']} bytes sent twice, staged: {device['staged']}, "
+            f"{device['update_seconds']:.0f} s for the run (download, rebuild, bootc switch)"]

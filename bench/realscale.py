@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import image_mode, ota
+from bench import image_mode, image_ota, ota
 from bench.fixture import SERIES, Series, image_bytes, payload, release_file
 from builder.core.ostree import Repo, TreeFile
 from builder.core.runner import Runner
@@ -187,6 +187,8 @@ def measure(series_name: str, releases: int, out: Path) -> dict[str, Any]:
         print("  the same update in image mode ...", flush=True)
         mode = image_mode.measure(build, repo, update["from_commit"], report["to_commit"],
                                   Path(scratch))
+        print("  an image-mode device over the same update (3 cuts) ...", flush=True)
+        mode["device"] = image_ota.measure(build, release_files[-1], pair, Path(scratch))
     measured = {"stage": stage, "bounds": bounds, "applied": applied, "ota": over_the_air,
                 "image_mode": mode}
     return summarize(series, releases, cache, report, measured)
@@ -254,6 +256,10 @@ def checks(result: dict[str, Any], report: dict[str, Any]) -> dict[str, bool]:
     delta_ratio = result["image_mode"]["tar_diff_vs_static_delta"]
     found["image_mode_tar_diff_within_1.2x_static_delta"] = \
         delta_ratio is not None and delta_ratio <= image_mode.DELTA_TARGET
+    device = result["image_mode"]["device"]
+    found["image_device_wire_within_1.2x_static_delta_3_cuts"] = \
+        device["bytes_on_wire"] <= image_mode.DELTA_TARGET * result["update"]["delta_bytes"] \
+        and device["cuts"] == 3 and device["duplicate_bytes"] == 0 and device["staged"]
     found["payload_at_least_90MB"] = result["payload"]["bytes"] >= 90_000_000
     found["images_at_least_300MB"] = result["image_content_bytes"] >= 300_000_000
     return found

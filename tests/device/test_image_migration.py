@@ -20,9 +20,10 @@ from builder.bootc.sample_images import SampleImages
 from builder.device.boot import BootReport, boot
 from builder.device.commits import UpdatePair
 from builder.device.health_server import ApiServer
+from builder.device.image_mode import bootc, bootc_status
 from builder.device.sysroot import Deployment, Device
 from builder.device.updater_run import UpdateOptions, run_updater
-from tests.device.image_site import CONFIG, bootc, bootc_status, site, trust
+from tests.device.image_site import CONFIG, site, trust
 from tests.device.site import booted_device
 from tests.support import requires
 

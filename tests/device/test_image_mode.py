@@ -27,10 +27,11 @@ from builder.core.signing import ensure_sample_key, stop_agent
 from builder.device.boot import boot
 from builder.device.commits import UpdatePair, sample_version
 from builder.device.health_server import ApiServer
+from builder.device.image_mode import bootc_status
 from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
 from builder.publish.image_updates import pack_layout
-from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
+from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.site import status
 from tests.device.test_scenarios import make_ctx
 from tests.support import requires

@@ -13,9 +13,10 @@ import pytest
 
 from builder.bootc.sample_images import SampleImages, build_sample_images
 from builder.device.commits import UpdatePair, build_sample_pair, sample_version
+from builder.device.image_mode import bootc_status
 from builder.device.updater_run import UpdateOptions, run_updater
 from builder.publish.offline import offline_name
-from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
+from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.test_scenarios import make_ctx
 from tests.support import requires
 

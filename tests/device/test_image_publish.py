@@ -19,10 +19,11 @@ from builder.core.progress import Progress
 from builder.core.runner import Runner
 from builder.core.signing import ensure_sample_key
 from builder.device.commits import SAMPLE_REF, UpdatePair
+from builder.device.image_mode import bootc_status
 from builder.device.updater_run import UpdateOptions, run_updater
 from builder.publish.image_updates import delta_name
 from builder.publish.upload import PublishOptions, publish
-from tests.device.image_site import CONFIG, bootc_status, image_device, trust
+from tests.device.image_site import CONFIG, image_device, trust
 from tests.device.test_scenarios import make_ctx
 from tests.support import requires
 

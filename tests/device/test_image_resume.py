@@ -13,8 +13,9 @@ import pytest
 
 from builder.bootc.sample_images import SampleImages
 from builder.device.commits import UpdatePair
+from builder.device.image_mode import bootc_status
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
-from tests.device.image_site import CONFIG, bootc_status, image_device, site, trust
+from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.site import status
 from tests.support import requires
 

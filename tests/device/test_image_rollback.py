@@ -22,12 +22,13 @@ from builder.core.signing import ensure_sample_key
 from builder.device.boot import BootReport, boot
 from builder.device.commits import UpdatePair
 from builder.device.health_server import ApiServer, Health
+from builder.device.image_mode import bootc, bootc_status
 from builder.device.scenarios import boot_until_settled
 from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateOptions, run_updater
 from builder.publish.rollout_statement import RolloutPlan, parse_waves
 from builder.rollout.admin import Signer, Site, start
-from tests.device.image_site import CONFIG, bootc, bootc_status, image_device, site, trust
+from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.site import SIM, booted_device, status
 from tests.support import requires
 

@@ -125,3 +125,17 @@ def test_image_mode_as_a_tar_diff_delta_costs_at_most_1_2x_the_static_delta(
     assert mode["tar_diff_bytes"] is not None, mode
     assert mode["tar_diff_vs_static_delta"] <= 1.2, mode
     assert mode["tar_diff_bytes"] * 10 < mode["pull_bytes"], mode
+
+
+def test_an_image_mode_device_fetches_the_update_within_1_2x_with_3_cuts(
+        result: dict[str, Any]) -> None:
+    """Issue 41's bound, device side: the shipped updater on an image-mode device running
+    the previous image downloads the delta file over a link cut 3 times (each cut resumed,
+    no byte twice), rebuilds the layers to the signed digests and bootc stages the image;
+    what crossed the link is at most 1.2x ostree's static delta of the same change and far
+    below the changed layers."""
+    device, mode = result["image_mode"]["device"], result["image_mode"]
+    assert device["method"] == "image-delta" and device["staged"], device
+    assert device["cuts"] == 3 == device["resumed"] and device["duplicate_bytes"] == 0, device
+    assert device["bytes_on_wire"] <= 1.2 * result["update"]["delta_bytes"], device
+    assert device["bytes_on_wire"] * 10 < mode["pull_bytes"], device
