@@ -2,7 +2,9 @@
 and SeaBIOS on x86_64, AAVMF on arm64 (GRUB's arm64 modules carried by the commit, as an
 arm64 image's own packages would carry them). The kernel is a stand-in: what is proved is
 firmware -> GRUB -> /boot's grub.cfg and grubenv, the path boot counting takes; the VM
-scenarios (test_vm_scenarios.py) boot the real base. VM tier only (MSEB_VM=1)."""
+scenarios (test_vm_scenarios.py) boot the real base. With Secure Boot enforced (OVMF with
+Microsoft's keys), Debian's signed shim, GRUB and kernel boot as far as the kernel's lockdown,
+and the GRUB made here is refused by the firmware. VM tier only (MSEB_VM=1)."""
 
 from __future__ import annotations
 
