@@ -74,7 +74,9 @@ def vm(session: nox.Session) -> None:
     works, TCG otherwise) and updates itself; every scenario's (commit, verdict, boot_counter)
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
     lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
-    cores), and each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu;
+    cores), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu, and OVMF
+    enforcing Secure Boot (`-- secure_boot_enforced`: the signed chain to the kernel, the
+    unsigned GRUB refused);
     `nox -s vm -- bad-update` both firmwares' rollback, `-- bad-update-uefi` one (CI)."""
     _host_tools(session)
     session.install("-e", ".[test]")

@@ -95,6 +95,9 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     simulate.add_argument("--firmware", choices=("uefi", "bios"), default="uefi",
                           help="--vm: boot a GPT disk through OVMF (uefi, the default) or an "
                                "MBR disk through SeaBIOS (bios)")
+    simulate.add_argument("--secure-boot", action="store_true",
+                          help="--vm, uefi: the commit's signed shim and GRUB on the disk, "
+                               "OVMF enforcing Secure Boot with Microsoft's keys")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
 
@@ -325,6 +328,8 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
                          f"--vm: {', '.join(VM_SCENARIOS)}")
     if args.time_limit < 60:
         raise InputError("command line", "--time-limit", "must be at least 60 seconds")
+    if args.secure_boot and args.firmware != "uefi":
+        raise InputError("command line", "--secure-boot", "is for --firmware uefi")
     arch = ctx.arch or ctx.release.architectures[0]
     if arch != "x86_64":
         raise InputError("command line", "--arch",
@@ -335,11 +340,12 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
     wait = args.wait_timeout or 15
     options = VmOptions(work=work, accel=args.accel, wait_timeout=wait,
                         time_limit=float(args.time_limit), mirror=args.mirror,
-                        firmware=args.firmware)
+                        firmware=args.firmware, secure_boot=args.secure_boot)
     outcome = run_and_check(ctx.for_arch(arch), VM_SCENARIOS[args.scenario], options)
     if args.report_json:
         args.report_json.write_text(outcome_json(outcome) + "\n")
     verdict = "PASSED" if outcome.passed else "FAILED"
-    print(f"scenario {args.scenario} (VM, {outcome.firmware}, {outcome.accel}): {verdict} "
+    firmware = outcome.firmware + (" with Secure Boot" if outcome.secure_boot else "")
+    print(f"scenario {args.scenario} (VM, {firmware}, {outcome.accel}): {verdict} "
           f"({sum(ok for _, ok in outcome.checks)}/{len(outcome.checks)} expectations)")
     return 0 if outcome.passed else 1

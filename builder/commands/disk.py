@@ -30,6 +30,11 @@ def register(sub: Any) -> None:
                       help="uefi (default, as edge-raw-image): GPT with an EFI system "
                            "partition; bios (x86_64): MBR with GRUB's core image, written "
                            "as NAME.ARCH.bios.raw")
+    disk.add_argument("--secure-boot", action="store_true",
+                      help="uefi, x86_64: the commit's signed shim and GRUB on the EFI system "
+                           "partition instead of GRUB made here, for firmware enforcing "
+                           "Secure Boot with Microsoft's keys; written as "
+                           "NAME.ARCH.secureboot.raw")
     disk.set_defaults(func=cmd_disk)
 
 
@@ -42,6 +47,8 @@ def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
         raise InputError("command line", "--url", f"{args.url!r} is not an http(s) URL")
     if args.gpg_key is not None and not args.gpg_key.is_file():
         raise InputError("command line", "--gpg-key", f"{args.gpg_key} does not exist")
+    if args.secure_boot and args.firmware != "uefi":
+        raise InputError("command line", "--secure-boot", "is for --firmware uefi")
     from builder.plan import image_targets
 
     for target in image_targets(ctx, [args.image]):
@@ -58,12 +65,15 @@ def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
         deployment = Deployment(repo.path, ref, commit, remote_url=args.url or "",
                                 gpg_key=key)
         # The default firmware's image keeps the plain name; the other one's is apart.
-        name = f"{args.image}.{arch}" + (".bios" if args.firmware == "bios" else "")
-        with run.progress.step(f"{args.firmware} disk image of {args.image} ({arch}) = "
+        name = f"{args.image}.{arch}" + (".bios" if args.firmware == "bios" else "") + \
+            (".secureboot" if args.secure_boot else "")
+        firmware = args.firmware + (" Secure Boot" if args.secure_boot else "")
+        with run.progress.step(f"{firmware} disk image of {args.image} ({arch}) = "
                                f"{commit[:12]}"):
             image = build_disk(run.runner, deployment, run.layout.disks, name,
                                epoch=run.release.source_date_epoch, qcow2=not args.no_qcow2,
-                               firmware=args.firmware, arch=arch)
+                               firmware=args.firmware, arch=arch,
+                               secure_boot=args.secure_boot)
             state = "written" if image.built else "unchanged"
             for path in (image.raw, image.qcow2, image.manifest):
                 if path is not None:

@@ -11,11 +11,23 @@ how an arm64 image gets arm64 GRUB on an x86_64 build host), else the build host
 file system is made by mkfs.vfat with a fixed volume ID and
 `--invariant` (no time, no random serial) and filled by mtools' mcopy, keeping the files'
 clamped times: the same inputs give the same bytes.
+
+With Secure Boot (x86_64), the ESP holds no GRUB made here (no key a firmware trusts signs
+it) but the commit's own signed chain, as Image Builder puts the image's shim-x64 and
+grub2-efi-x64 there: Debian's shim (signed by Microsoft's UEFI CA) as BOOTX64.EFI, Debian's
+signed GRUB beside it as grubx64.efi (shim loads it from its own directory and checks it
+against Debian's CA built into shim), MokManager (mmx64.efi, which shim starts when a
+check fails). Signed GRUB is a monolithic image whose prefix is /EFI/debian: a grub.cfg
+there finds /boot by UUID and reads the same grub.cfg and grubenv as the unsigned image,
+as RHEL's /EFI/redhat/grub.cfg does. shim's fallback (fbx64.efi) is left out: on a disk
+whose firmware variables name no boot entry it would write one and reset the machine,
+a boot that is no device's.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +68,14 @@ MODULES = (*(m for m in BIOS_MODULES if m not in ("biosdisk", "part_msdos")),
            "part_gpt", "fat")
 
 
+# Debian's signed chain as the commit carries it (shim-signed, shim-helpers-amd64-signed,
+# grub-efi-amd64-signed), each file's place under the ESP's EFI/BOOT.
+SIGNED_CHAIN = {"x86_64": (("usr/lib/shim/shimx64.efi.signed", "BOOTX64.EFI"),
+                           ("usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed", "grubx64.efi"),
+                           ("usr/lib/shim/mmx64.efi.signed", "mmx64.efi"))}
+SIGNED_PREFIX = "debian"    # signed GRUB's prefix, /EFI/debian, built into the image
+
+
 def platform(arch: str) -> EfiPlatform:
     found = PLATFORMS.get(arch)
     if found is None:
@@ -70,6 +90,15 @@ def embedded_config(boot_uuid: str) -> str:
     partition shows as search's own error, then GRUB's prompt."""
     return (f"search --no-floppy --fs-uuid --set=root {boot_uuid}\n"
             "set prefix=($root)/grub2\n")
+
+
+def chain_config(boot_uuid: str) -> str:
+    """Signed GRUB's grub.cfg on the ESP, read in normal mode: /boot's grub.cfg, with the
+    prefix (where grubenv is) on /boot too. `root` and `prefix` are exported by GRUB, so
+    configfile's new context keeps them."""
+    return (f"search --no-floppy --fs-uuid --set=root {boot_uuid}\n"
+            "set prefix=($root)/grub2\n"
+            "configfile $prefix/grub.cfg\n")
 
 
 def make_efi_image(runner: Runner, arch: str, out: Path, boot_uuid: str,
@@ -116,9 +145,28 @@ def make_esp(runner: Runner, image: Path, size: int, *, tree: Path, volume_id: s
 
 
 def esp_tree(runner: Runner, arch: str, work: Path, boot_uuid: str,
-             deployed: Path | None = None) -> Path:
-    """WORK/esp: EFI/BOOT/BOOT<ARCH>.EFI."""
+             deployed: Path | None = None, *, secure_boot: bool = False) -> Path:
+    """WORK/esp: EFI/BOOT/BOOT<ARCH>.EFI, GRUB made here; with `secure_boot`, the deployed
+    commit's signed shim and GRUB, and EFI/debian/grub.cfg."""
     boot = work / "esp" / "EFI" / "BOOT"
     boot.mkdir(parents=True)
-    make_efi_image(runner, arch, boot / platform(arch).boot_file, boot_uuid, deployed)
+    if not secure_boot:
+        make_efi_image(runner, arch, boot / platform(arch).boot_file, boot_uuid, deployed)
+        return work / "esp"
+    chain = SIGNED_CHAIN.get(arch)
+    if chain is None:
+        raise BuildError(f"no signed boot chain for {arch}",
+                         hint=f"Secure Boot disk images are made for {', '.join(SIGNED_CHAIN)}")
+    for source, name in chain:
+        path = deployed / source if deployed is not None else None
+        if path is None or not path.is_file():
+            raise BuildError(f"the commit has no /{source}: a Secure Boot disk image is made "
+                             "of the commit's own signed shim and GRUB",
+                             hint="rebuild the SAMPLE bootable base (baseos/packages.txt "
+                                  "installs shim-signed and grub-efi-amd64-signed), or drop "
+                                  "--secure-boot")
+        shutil.copyfile(path, boot / name)
+    prefix = work / "esp" / "EFI" / SIGNED_PREFIX
+    prefix.mkdir()
+    (prefix / "grub.cfg").write_text(chain_config(boot_uuid))
     return work / "esp"

@@ -55,13 +55,15 @@ class DiskImage:
     size: int
     built: bool
     firmware: str = "bios"
+    secure_boot: bool = False
 
 
 def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
                epoch: int, qcow2: bool = True, firmware: str = DEFAULT_FIRMWARE,
-               arch: str = "x86_64") -> DiskImage:
+               arch: str = "x86_64", secure_boot: bool = False) -> DiskImage:
     """out/NAME.raw (+ .qcow2) and out/NAME.json, unless they exist for the same inputs.
-    `firmware` is uefi or bios (x86_64 only); `arch` picks UEFI GRUB's platform."""
+    `firmware` is uefi or bios (x86_64 only); `arch` picks UEFI GRUB's platform;
+    `secure_boot` puts the commit's signed shim and GRUB on the ESP (builder.disk.efi)."""
     if os.geteuid() != 0:
         raise BuildError("a disk image needs root: the deployed files keep their owners "
                          "(ostree admin deploy) and the file systems are made from them",
@@ -70,7 +72,11 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
     if firmware == "bios" and arch != "x86_64":
         raise BuildError(f"a BIOS disk image is for x86_64, not {arch}",
                          hint="drop --firmware bios: UEFI is the default")
-    identity = disk_identity(deployment, epoch, firmware, arch)
+    if secure_boot and (firmware != "uefi" or arch not in efi.SIGNED_CHAIN):
+        raise BuildError(f"Secure Boot is for UEFI disk images of "
+                         f"{', '.join(efi.SIGNED_CHAIN)}, not {firmware} on {arch}",
+                         hint="drop --secure-boot")
+    identity = disk_identity(deployment, epoch, firmware, arch, secure_boot)
     raw, manifest = out / f"{name}.raw", out / f"{name}.json"
     image = _existing(manifest, identity)
     if image is not None:
@@ -89,12 +95,13 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
         disk = work / raw.name
         size = _make_disk(runner, disk, work, stage=stage, uuids=(boot_uuid, root_uuid),
                           identity=identity, epoch=epoch, layout=layout, arch=arch,
-                          deployed=deployed)
+                          deployed=deployed, secure_boot=secure_boot)
         copy = work / f"{name}.qcow2" if qcow2 else None
         if copy is not None:
             runner.run(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", str(disk), str(copy)])
         image = DiskImage(raw, out / copy.name if copy else None, manifest, deployment.commit,
-                          boot_uuid, root_uuid, size, built=True, firmware=firmware)
+                          boot_uuid, root_uuid, size, built=True, firmware=firmware,
+                          secure_boot=secure_boot)
         record = {"identity": identity, **_jsonable(image),
                   "sha256": {raw.name: file_digest(disk)}, "ref": deployment.ref,
                   "remote": deployment.remote, "remote_url": deployment.remote_url}
@@ -109,7 +116,7 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
 
 
 def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
-                  arch: str = "x86_64") -> str:
+                  arch: str = "x86_64", secure_boot: bool = False) -> str:
     """What the image's bytes depend on. A BIOS image's identity is what it was before UEFI
     images existed (their images are still current); a UEFI image's adds the firmware, the
     architecture and the EFI GRUB it carries."""
@@ -131,6 +138,10 @@ def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
                       grub=file_digest(kernel) if kernel.is_file() else None,
                       esp={"size": Layout(firmware).esp_size, "modules": list(efi.MODULES),
                            "config": efi.embedded_config("BOOT-UUID")})
+    if secure_boot:
+        # The signed files are the commit's (its id is above); where they go is this code's.
+        fields.update(secure_boot={"chain": efi.SIGNED_CHAIN[arch],
+                                   "config": efi.chain_config("BOOT-UUID")})
     return hashlib.sha256(canonical_json(fields)).hexdigest()
 
 
@@ -145,7 +156,8 @@ def _existing(manifest: Path, identity: str) -> DiskImage | None:
     qcow2 = Path(record["qcow2"]) if record.get("qcow2") else None
     return DiskImage(raw, qcow2, manifest, record["commit"], record["boot_uuid"],
                      record["root_uuid"], record["size"], built=False,
-                     firmware=record.get("firmware", "bios"))
+                     firmware=record.get("firmware", "bios"),
+                     secure_boot=record.get("secure_boot", False))
 
 
 def _jsonable(image: DiskImage) -> dict[str, object]:
@@ -155,7 +167,7 @@ def _jsonable(image: DiskImage) -> dict[str, object]:
 
 def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
                uuids: tuple[str, str], identity: str, epoch: int, layout: Layout,
-               arch: str, deployed: Path) -> int:
+               arch: str, deployed: Path, secure_boot: bool) -> int:
     """Partition `disk` and fill it: GRUB, /boot from work/boot, the root from `stage`."""
     clamp_times(work / "boot", epoch)
     clamp_times(stage, epoch)
@@ -170,7 +182,8 @@ def _make_disk(runner: Runner, disk: Path, work: Path, *, stage: Path,
     if layout.esp_size:
         esp_img = work / "esp.vfat"
         efi.make_esp(runner, esp_img, layout.esp_size,
-                     tree=efi.esp_tree(runner, arch, work, uuids[0], deployed),
+                     tree=efi.esp_tree(runner, arch, work, uuids[0], deployed,
+                                       secure_boot=secure_boot),
                      volume_id=esp_volume_id(identity), epoch=epoch)
         parts.insert(0, (esp_img, FIRST_SECTOR * 512))
     size = layout.disk_size(root_size)

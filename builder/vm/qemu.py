@@ -7,7 +7,10 @@ reaches nothing but the forwards given here, each a service on this machine's lo
 through `guestfwd` (a relay process per connection, builder.vm.guest_relay). QEMU dies with the
 process that started it (setpriv --pdeathsig), so a killed scenario leaves no VM behind.
 The firmware is SeaBIOS (QEMU's default) or OVMF (UEFI, builder.vm.firmware) with the VM's
-own variable store, which persists across the boots as a device's NVRAM does.
+own variable store, which persists across the boots as a device's NVRAM does. With Secure
+Boot (x86_64), OVMF's Secure Boot build on a q35 machine: that OVMF keeps its variables
+behind SMM (System Management Mode), so the machine has SMM and its flash answers only SMM's
+writes (`secure`): a guest cannot change the keys past the firmware.
 """
 
 from __future__ import annotations
@@ -63,24 +66,36 @@ class Machine:
     arch: str = "x86_64"               # x86_64 or aarch64 (UEFI only)
     # uefi: the VM's firmware variables (builder.vm.firmware.ensure_vars: beside the disk)
     variables: Path | None = None
+    secure_boot: bool = False          # uefi on x86_64: OVMF enforcing Secure Boot
 
-    def argv(self, serial: Path, qmp: Path) -> list[str]:
-        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
-                               (QEMU, "pc", "qemu64,-svm"))
-        qemu = find_tool(program)
-        if qemu is None:
-            raise MissingToolError(program)
+    def _board(self) -> tuple[str, str, str, list[str]]:
+        """QEMU's program, machine, CPU, and what the firmware adds to the command line."""
+        if self.secure_boot and (self.firmware != "uefi" or self.arch != "x86_64"):
+            raise BuildError("Secure Boot is for x86_64 VMs booting through UEFI",
+                             hint="drop --secure-boot")
         if self.arch == "aarch64" and self.firmware != "uefi":
             raise BuildError("an aarch64 VM boots through UEFI only",
                              hint="drop --firmware bios")
+        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
+                               (QEMU, "pc", "qemu64,-svm"))
+        if self.firmware != "uefi":
+            return program, board, cpu, []
+        variables = self.variables or ensure_vars(self.disk, self.arch, self.secure_boot)
+        flash = pflash_options(variables, self.arch, self.secure_boot)
+        if self.secure_boot:
+            board = "q35,smm=on"
+            flash = ["-global", "driver=cfi.pflash01,property=secure,value=on", *flash]
+        return program, board, cpu, flash
+
+    def argv(self, serial: Path, qmp: Path) -> list[str]:
+        program, board, cpu, uefi = self._board()
+        qemu = find_tool(program)
+        if qemu is None:
+            raise MissingToolError(program)
         netdev = ",".join(["user", "id=net0", "restrict=on",
                            *(forward.option() for forward in self.forwards)])
         # QEMU's default CPU model offers AMD's SVM: the guest's udev then loads kvm and
         # kvm_amd at every boot, seconds of emulated CPU for a hypervisor nobody runs there.
-        uefi: list[str] = []
-        if self.firmware == "uefi":
-            uefi = pflash_options(self.variables or ensure_vars(self.disk, self.arch),
-                                  self.arch)
         return [qemu, "-machine", f"{board},accel={self.accel}", "-cpu", cpu, *uefi,
                 "-m", str(self.memory_mib),
                 "-smp", str(self.cpus), "-nodefaults", "-display", "none", "-no-reboot",

@@ -88,7 +88,7 @@ def outcome_json(outcome: VmOutcome) -> str:
     pair = outcome.pair
     return json.dumps({
         "scenario": outcome.scenario, "passed": outcome.passed,
-        "firmware": outcome.firmware,
+        "firmware": outcome.firmware, "secure_boot": outcome.secure_boot,
         "accel": outcome.accel, "accel_reason": outcome.accel_reason,
         "v1": pair.v1 if pair else None, "v2": pair.v2 if pair else None,
         "final_commit": outcome.boots[-1].commit if outcome.boots else None,

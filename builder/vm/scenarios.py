@@ -72,6 +72,13 @@ class VmOptions:
     time_limit: float = 1200.0
     mirror: str | None = None
     firmware: str = DEFAULT_FIRMWARE   # uefi (OVMF, GPT disk with an ESP) or bios (SeaBIOS, MBR)
+    # uefi: the commit's signed shim and GRUB on the ESP, OVMF enforcing Secure Boot
+    secure_boot: bool = False
+
+    @property
+    def boots_with(self) -> str:
+        """The firmware, and Secure Boot when it is on: the run's and disk's names."""
+        return self.firmware + ("-secureboot" if self.secure_boot else "")
 
 
 @dataclass(frozen=True)
@@ -88,6 +95,7 @@ class FinalState:
 class VmOutcome:
     scenario: str
     firmware: str = DEFAULT_FIRMWARE
+    secure_boot: bool = False
     accel: str = ""
     accel_reason: str = ""
     pair: BuiltPair | None = None
@@ -149,16 +157,17 @@ GUEST_LINKS = {"systemd/system/multi-user.target.wants/microshift-update.service
 
 
 def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmOutcome:
-    outcome = VmOutcome(scenario.name, firmware=options.firmware)
+    outcome = VmOutcome(scenario.name, firmware=options.firmware,
+                        secure_boot=options.secure_boot)
     started = time.monotonic()
     with ctx.progress.step(f"{scenario.name}: v1 and v2 on the SAMPLE bootable base"):
         pair = outcome.pair = prepare(ctx, scenario, options)
     outcome.seconds["build"] = time.monotonic() - started
     # Each firmware's boots keep their own console logs (the test tier runs both).
-    run = options.work / f"run-{options.firmware}"
+    run = options.work / f"run-{options.boots_with}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
-    with ctx.progress.step(f"{scenario.name}: {options.firmware} disk image of v1"):
+    with ctx.progress.step(f"{scenario.name}: {options.boots_with} disk image of v1"):
         disk = _disk(ctx, pair, scenario, options, run)
     outcome.accel, outcome.accel_reason = probe_accel(
         disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel,
@@ -171,7 +180,8 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
         uefi = options.firmware == "uefi"
         machine = Machine(disk, accel=outcome.accel, forwards=(
             Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),),
-            firmware=options.firmware, variables=ensure_vars(disk) if uefi else None)
+            firmware=options.firmware, secure_boot=options.secure_boot,
+            variables=ensure_vars(disk, secure_boot=options.secure_boot) if uefi else None)
         with ctx.progress.step(f"{scenario.name}: boot until greenboot settles"):
             _boot_until_settled(ctx, machine, run, options, outcome)
         stats = server.stats
@@ -194,9 +204,10 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
         etc_files=guest_settings(scenario, options), etc_links=GUEST_LINKS,
         var_files={MARKER: MARKER_TEXT.encode()})
     image = build_disk(ctx.runner, deployment, options.work / "disk",
-                       f"{IMAGE}.{ctx.target_arch}.{options.firmware}",
+                       f"{IMAGE}.{ctx.target_arch}.{options.boots_with}",
                        epoch=ctx.release.source_date_epoch, qcow2=False,
-                       firmware=options.firmware, arch=ctx.target_arch)
+                       firmware=options.firmware, arch=ctx.target_arch,
+                       secure_boot=options.secure_boot)
     state = "built" if image.built else "unchanged, reused"
     ctx.progress.info(f"disk image {image.raw} ({image.size // (1 << 20)} MiB, {state})")
     disk = run / "disk.raw"

@@ -65,7 +65,11 @@ def test_the_package_list_names_the_kernel_of_each_architecture() -> None:
         set(read_packages(PACKAGES, "amd64"))
     # arm64's UEFI GRUB is carried by the arm64 base only (Debian has it for arm64 hosts).
     assert "grub-efi-arm64-bin" in debian_source("aarch64").packages
-    assert not any(name.startswith("grub-efi") for name in debian_source("x86_64").packages)
+    assert "grub-efi-arm64-bin" not in debian_source("x86_64").packages
+    # x86_64's Secure Boot chain, signed by Microsoft (shim) and Debian (GRUB), for amd64 only.
+    signed = {"shim-signed", "grub-efi-amd64-signed"}
+    assert signed <= set(debian_source("x86_64").packages)
+    assert not signed & set(debian_source("aarch64").packages)
 
 
 def test_bad_inputs_name_what_is_wrong(tmp_path: Path) -> None:

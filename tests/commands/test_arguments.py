@@ -24,6 +24,10 @@ from tests.support.cli import RELEASE, run_cli
     (["bootc", "--push", "quay.io/"], "--push: 'quay.io/' is not REGISTRY/NAMESPACE"),
     (["publish", "--to", "/nonexistent/target", "--index-validity", "-1"],
      "--index-validity: -1 is out of range"),
+    (["disk", "--image", "microshift-minimal", "--firmware", "bios", "--secure-boot"],
+     "--secure-boot: is for --firmware uefi"),
+    (["device", "simulate", "--vm", "--scenario", "bad-update", "--firmware", "bios",
+      "--secure-boot"], "--secure-boot: is for --firmware uefi"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,10 @@ KVER = "6.1.0-sample"
 EPOCH = 1700000000
 
 
-def small_commit(tmp_path: Path, *, generator: bool = True,
-                 grub: Path | None = None) -> tuple[Repo, str]:
-    """`grub`: a directory of GRUB modules the commit carries in /usr/lib/grub/NAME."""
+def small_commit(tmp_path: Path, *, generator: bool = True, grub: Path | None = None,
+                 files: Mapping[str, Path] | None = None) -> tuple[Repo, str]:
+    """`grub`: a directory of GRUB modules the commit carries in /usr/lib/grub/NAME;
+    `files`: the tree's files from others (path in the tree -> file), the kernel too."""
     tree = tmp_path / "tree"
     modules = tree / "usr/lib/modules" / KVER
     modules.mkdir(parents=True)
@@ -38,6 +40,9 @@ def small_commit(tmp_path: Path, *, generator: bool = True,
         shutil.copytree(grub, tree / "usr/lib/grub" / grub.name)
     (modules / "vmlinuz").write_bytes(b"SAMPLE kernel for the disk image test\n")
     (modules / "initramfs.img").write_bytes(b"SAMPLE initramfs\n")
+    for name, source in (files or {}).items():
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, tree / name)
     (tree / "usr/etc").mkdir()
     (tree / "usr/etc/os-release").write_text('NAME="Disk test"\nPRETTY_NAME="Disk test"\n')
     if generator:

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from builder.core.errors import BuildError
 from builder.core.runner import Runner
 from builder.disk.deployment import Deployment
-from builder.disk.efi import embedded_config
+from builder.disk.efi import SIGNED_CHAIN, SIGNED_PREFIX, chain_config, embedded_config
 from builder.disk.image import build_disk
 from builder.disk.layout import BOOT_SIZE, ESP_SIZE, ESP_TYPE, LINUX_TYPE, Layout
 from tests.disk.test_image import EPOCH, REF, debugfs_cat, small_commit
@@ -91,3 +92,42 @@ def test_the_bios_and_uefi_images_of_a_commit_are_apart(tmp_path: Path) -> None:
     again = build_disk(Runner(), deployment, tmp_path / "u", "t", epoch=EPOCH, qcow2=False,
                        firmware="bios")
     assert again.built and partitions(again.raw)["label"] == "dos"
+
+
+def test_a_secure_boot_image_carries_the_commit_s_signed_shim_and_grub_and_their_grub_cfg(
+        tmp_path: Path) -> None:
+    signed = tmp_path / "signed"
+    signed.mkdir()
+    files = {}
+    for source, name in SIGNED_CHAIN["x86_64"]:
+        files[source] = signed / name
+        files[source].write_bytes(f"MZ stand-in for Debian's {name}\n".encode())
+    repo, commit = small_commit(tmp_path, files=files)
+    deployment = Deployment(repo.path, REF, commit)
+    image = build_disk(Runner(), deployment, tmp_path / "sb", "t", epoch=EPOCH, qcow2=False,
+                       secure_boot=True)
+    assert image.secure_boot and json.loads(image.manifest.read_text())["secure_boot"]
+    for source, name in SIGNED_CHAIN["x86_64"]:
+        got = esp_file(image.raw, 1 << 20, f"/EFI/BOOT/{name}", tmp_path / name)
+        assert got == files[source].read_bytes()
+    config = esp_file(image.raw, 1 << 20, f"/EFI/{SIGNED_PREFIX}/grub.cfg", tmp_path / "cfg")
+    assert config.decode() == chain_config(image.boot_uuid)
+    assert f"--set=root {image.boot_uuid}" in config.decode()
+    plain = build_disk(Runner(), deployment, tmp_path / "sb", "t", epoch=EPOCH, qcow2=False)
+    assert plain.built and not plain.secure_boot   # not the Secure Boot image's cache
+    assert b"stand-in" not in esp_file(plain.raw, 1 << 20, "/EFI/BOOT/BOOTX64.EFI",
+                                       tmp_path / "plain.efi")
+
+
+def test_a_secure_boot_image_of_a_commit_without_the_signed_chain_is_refused(
+        tmp_path: Path) -> None:
+    repo, commit = small_commit(tmp_path)
+    deployment = Deployment(repo.path, REF, commit)
+    with pytest.raises(BuildError, match=r"no /usr/lib/shim/shimx64\.efi\.signed") as error:
+        build_disk(Runner(), deployment, tmp_path / "sb", "t", epoch=EPOCH, qcow2=False,
+                   secure_boot=True)
+    assert "shim-signed and grub-efi-amd64-signed" in (error.value.hint or "")
+    for firmware, arch in (("bios", "x86_64"), ("uefi", "aarch64")):
+        with pytest.raises(BuildError, match="Secure Boot is for UEFI disk images of x86_64"):
+            build_disk(Runner(), deployment, tmp_path / "x", "t", epoch=EPOCH, qcow2=False,
+                       firmware=firmware, arch=arch, secure_boot=True)

@@ -2,7 +2,9 @@
 and SeaBIOS on x86_64, AAVMF on arm64 (GRUB's arm64 modules carried by the commit, as an
 arm64 image's own packages would carry them). The kernel is a stand-in: what is proved is
 firmware -> GRUB -> /boot's grub.cfg and grubenv, the path boot counting takes; the VM
-scenarios (test_vm_scenarios.py) boot the real base. VM tier only (MSEB_VM=1)."""
+scenarios (test_vm_scenarios.py) boot the real base. With Secure Boot enforced (OVMF with
+Microsoft's keys), Debian's signed shim, GRUB and kernel boot as far as the kernel's lockdown,
+and the GRUB made here is refused by the firmware. VM tier only (MSEB_VM=1)."""
 
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ import pytest
 
 from builder.core.runner import Runner
 from builder.disk.deployment import Deployment
+from builder.disk.efi import SIGNED_CHAIN
 from builder.disk.image import build_disk
 from builder.disk.layout import ESP_SIZE
 from builder.vm.qemu import Machine, power_on
-from tests.disk.test_image import EPOCH, REF, small_commit
+from tests.disk.test_image import EPOCH, KVER, REF, small_commit
 from tests.disk.test_uefi_image import esp_file
 from tests.support import requires
 
@@ -73,3 +76,56 @@ def test_an_arm64_image_carries_its_own_grub_and_aavmf_boots_it_into_grub_s_menu
     machine = Machine(images[0].raw, snapshot=True, firmware="uefi", arch="aarch64")
     seconds = boot_to_grub(machine, tmp_path, seconds=600)
     print(f"aarch64 uefi: GRUB's menu {seconds:.1f}s after QEMU's start")
+
+
+@pytest.fixture(scope="module")
+def debian_signed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Debian's signed shim, GRUB and kernel, unpacked: the files the bootable base's commit
+    carries (baseos/packages.txt), at their places in a commit's tree."""
+    root = tmp_path_factory.mktemp("signed") / "root"
+    subprocess.run(["mmdebstrap", "--quiet", "--variant=extract", "--architectures=amd64",
+                    "--include=shim-signed,shim-helpers-amd64-signed,grub-efi-amd64-signed,"
+                    "linux-image-cloud-amd64", "bookworm", str(root)], check=True,
+                   capture_output=True, timeout=600)
+    [kernel] = root.glob("boot/vmlinuz-*")
+    files = {source: root / source for source, _ in SIGNED_CHAIN["x86_64"]}
+    return {**files, f"usr/lib/modules/{KVER}/vmlinuz": kernel}
+
+
+def console_until(machine: Machine, work: Path, wanted: str, seconds: float) -> str:
+    """The console from QEMU's start until a line has `wanted` (else AssertionError)."""
+    work.mkdir(exist_ok=True)
+    seen: list[str] = []
+    with power_on(machine, work / "serial.log", work / "qmp.sock") as boot:
+        while boot.running() and boot.seconds() < seconds:
+            seen += boot.lines()
+            if any(wanted in line for line in seen):
+                print(f"{wanted!r} {boot.seconds():.1f}s after QEMU's start")
+                return "\n".join(seen)
+            time.sleep(0.5)
+    raise AssertionError(f"no {wanted!r} within {seconds}s:\n" + "\n".join(seen[-40:]))
+
+
+def test_with_secure_boot_enforced_the_signed_chain_counts_the_boot_and_starts_the_kernel(
+        tmp_path: Path, debian_signed: dict[str, Path]) -> None:
+    """OVMF with Microsoft's keys starts shim, shim Debian's GRUB, GRUB (its grubenv read
+    and written) Debian's kernel, which sees Secure Boot and locks itself down. The
+    initramfs is a stand-in: the kernel stops there, what follows is the base's."""
+    repo, commit = small_commit(tmp_path, files=debian_signed)
+    image = build_disk(Runner(), Deployment(repo.path, REF, commit), tmp_path / "out", "t",
+                       epoch=EPOCH, qcow2=False, secure_boot=True)
+    machine = Machine(image.raw, snapshot=True, firmware="uefi", secure_boot=True)
+    log = console_until(machine, tmp_path / "boot", "secureboot: Secure boot enabled",
+                        seconds=300)
+    assert MENU_LINE in log and "Kernel is locked down from EFI Secure Boot" in log
+    grub = log[:log.index(MENU_LINE)]
+    assert "error:" not in grub, grub[-2000:]
+
+
+def test_with_secure_boot_enforced_the_firmware_refuses_grub_made_here(tmp_path: Path) -> None:
+    repo, commit = small_commit(tmp_path)
+    image = build_disk(Runner(), Deployment(repo.path, REF, commit), tmp_path / "out", "t",
+                       epoch=EPOCH, qcow2=False)
+    machine = Machine(image.raw, snapshot=True, firmware="uefi", secure_boot=True)
+    log = console_until(machine, tmp_path / "boot", "Access Denied", seconds=120)
+    assert MENU_LINE not in log

@@ -62,3 +62,24 @@ def test_an_arm64_vm_is_qemu_s_virt_board_with_aavmf_and_never_asks_kvm(tmp_path
     guest = "x86_64" if os.uname().machine == "aarch64" else "aarch64"
     accel, reason = probe_accel(disk, 5, "auto", cache=cache, firmware="uefi", arch=guest)
     assert accel == "tcg" and reason == f"an {guest} VM on an {os.uname().machine} host"
+
+
+def test_a_secure_boot_vm_is_a_q35_with_smm_a_secure_flash_and_microsoft_s_keys(
+        tmp_path: Path) -> None:
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"")
+    ensure_vars(disk)                          # the plain store, beside the same disk
+    argv = Machine(disk, firmware="uefi", secure_boot=True).argv(tmp_path / "s", tmp_path / "q")
+    ovmf = find_ovmf(secure_boot=True)
+    assert ovmf.code.name in ("OVMF_CODE_4M.secboot.fd", "OVMF_CODE.secboot.fd")
+    assert argv[argv.index("-machine") + 1] == "q35,smm=on,accel=tcg"
+    assert argv[argv.index("-global") + 1] == "driver=cfi.pflash01,property=secure,value=on"
+    variables = vars_path(disk, secure_boot=True)
+    assert f"if=pflash,format=raw,unit=0,readonly=on,file={ovmf.code}" in argv
+    assert f"if=pflash,format=raw,unit=1,file={variables}" in argv
+    assert variables.read_bytes() == ovmf.vars_template.read_bytes() != \
+        vars_path(disk).read_bytes()
+    for machine in (Machine(disk, secure_boot=True),
+                    Machine(disk, firmware="uefi", arch="aarch64", secure_boot=True)):
+        with pytest.raises(BuildError, match="Secure Boot is for x86_64 VMs booting through"):
+            machine.argv(tmp_path / "s", tmp_path / "q")
