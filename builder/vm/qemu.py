@@ -29,10 +29,13 @@ from builder.core.files import write_atomic
 from builder.core.runner import find_tool
 from builder.vm.firmware import ensure_vars, pflash_options, vars_path
 
-QEMU = "qemu-system-x86_64"
-# arm64 VMs: QEMU's virt board, a CPU TCG emulates quickly (`max` adds pointer
-# authentication, which costs under TCG), the PL011 UART as the console (ttyAMA0).
-QEMU_AARCH64 = ("qemu-system-aarch64", "virt", "cortex-a57")
+# (program, board, CPU) per guest architecture. x86_64: QEMU's default CPU model offers
+# AMD's SVM, and the guest's udev then loads kvm and kvm_amd at every boot, seconds of
+# emulated CPU for a hypervisor nobody runs there. aarch64: QEMU's virt board, its PL011 UART
+# the console (ttyAMA0), and a CPU TCG emulates quickly (`max` adds pointer authentication,
+# which costs under TCG).
+BOARDS = {"x86_64": ("qemu-system-x86_64", "pc", "qemu64,-svm"),
+          "aarch64": ("qemu-system-aarch64", "virt", "cortex-a57")}
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,9 @@ class Machine:
     variables: Path | None = None
 
     def argv(self, serial: Path, qmp: Path) -> list[str]:
-        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
-                               (QEMU, "pc", "qemu64,-svm"))
+        if self.arch not in BOARDS:
+            raise BuildError(f"no QEMU board for {self.arch} VMs ({', '.join(BOARDS)})")
+        program, board, cpu = BOARDS[self.arch]
         qemu = find_tool(program)
         if qemu is None:
             raise MissingToolError(program)
@@ -75,8 +79,6 @@ class Machine:
                              hint="drop --firmware bios")
         netdev = ",".join(["user", "id=net0", "restrict=on",
                            *(forward.option() for forward in self.forwards)])
-        # QEMU's default CPU model offers AMD's SVM: the guest's udev then loads kvm and
-        # kvm_amd at every boot, seconds of emulated CPU for a hypervisor nobody runs there.
         uefi: list[str] = []
         if self.firmware == "uefi":
             uefi = pflash_options(self.variables or ensure_vars(self.disk, self.arch),
@@ -208,7 +210,7 @@ def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None =
         return "tcg", "no usable /dev/kvm"
     found = _cached_probe(cache)
     if found is None:
-        found = _probe_kvm(disk, seconds, firmware)
+        found = _probe_kvm(disk, seconds, firmware, arch)
         if cache is not None:
             write_atomic(cache, json.dumps({"boot_id": _boot_id(), "accel": found[0],
                                             "reason": found[1]}).encode())
@@ -218,13 +220,14 @@ def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None =
     return accel, reason
 
 
-def _probe_kvm(disk: Path, seconds: float, firmware: str) -> tuple[str, str]:
+def _probe_kvm(disk: Path, seconds: float, firmware: str, arch: str) -> tuple[str, str]:
     work = disk.parent
     # The probe's firmware variables are its own: the VM's NVRAM starts as a device's would.
     variables = vars_path(work / "kvm-probe")
     variables.unlink(missing_ok=True)
-    probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware,
-                    variables=ensure_vars(work / "kvm-probe") if firmware == "uefi" else None)
+    probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware, arch=arch,
+                    variables=ensure_vars(work / "kvm-probe", arch) if firmware == "uefi"
+                    else None)
     serial, qmp = work / "kvm-probe.serial", work / "kvm-probe.qmp"
     try:
         return _probe_boot(probe, serial, qmp, seconds)
