@@ -32,8 +32,12 @@ from builder.vm.firmware import ensure_vars, pflash_options, vars_path
 # (program, board, CPU) per guest architecture. x86_64: QEMU's default CPU model offers
 # AMD's SVM, and the guest's udev then loads kvm and kvm_amd at every boot, seconds of
 # emulated CPU for a hypervisor nobody runs there. aarch64: QEMU's virt board, its PL011 UART
-# the console (ttyAMA0), and a CPU TCG emulates quickly (`max` adds pointer authentication,
-# which costs under TCG).
+# the console (ttyAMA0), and the Cortex-A57: a fixed model, where `max` changes with every
+# QEMU release. `max` alone makes Debian's kernel (pointer authentication on every call)
+# pay for the architected QARMA5 algorithm emulated (QEMU's developers put it at up to half
+# the run time under TCG); `max,pauth-impdef=on` (TCG only) reached greenboot's verdict in
+# 189 s against the A57's 195 s, two VMs side by side (docs/benchmarks.md): not worth a
+# model that moves.
 BOARDS = {"x86_64": ("qemu-system-x86_64", "pc", "qemu64,-svm"),
           "aarch64": ("qemu-system-aarch64", "virt", "cortex-a57")}
 
