@@ -74,10 +74,12 @@ def vm(session: nox.Session) -> None:
     works, TCG otherwise) and updates itself; every scenario's (commit, verdict, boot_counter)
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
     lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
-    cores), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu, and OVMF
-    enforcing Secure Boot (`-- secure_boot_enforced`: the signed chain to the kernel, the
-    unsigned GRUB refused);
-    `nox -s vm -- bad-update` both firmwares' rollback, `-- bad-update-uefi` one (CI)."""
+    cores), good-update and bad-update on the arm64 image (AAVMF, emulated: see
+    docs/benchmarks.md), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu, and
+    OVMF enforcing Secure Boot (`-- secure_boot_enforced`: the signed chain to the kernel,
+    the unsigned GRUB refused);
+    `nox -s vm -- bad-update` every firmware's and architecture's rollback,
+    `-- bad-update-uefi` x86_64's UEFI one (CI), `-- aarch64` arm64's (scheduled CI)."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""

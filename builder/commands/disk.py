@@ -40,7 +40,7 @@ def register(sub: Any) -> None:
 
 def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
     from builder.core.ostree import Repo
-    from builder.disk.deployment import Deployment
+    from builder.disk.deployment import Deployment, console_karg
     from builder.disk.image import build_disk
 
     if args.url is not None and not args.url.startswith(("http://", "https://")):
@@ -63,7 +63,7 @@ def cmd_disk(ctx: Context, args: argparse.Namespace) -> int:
         sample_key = run.layout.sample_public_key
         key = args.gpg_key or (sample_key if sample_key.is_file() else None)
         deployment = Deployment(repo.path, ref, commit, remote_url=args.url or "",
-                                gpg_key=key)
+                                gpg_key=key, kargs=(console_karg(arch),))
         # The default firmware's image keeps the plain name; the other one's is apart.
         name = f"{args.image}.{arch}" + (".bios" if args.firmware == "bios" else "") + \
             (".secureboot" if args.secure_boot else "")

@@ -24,6 +24,13 @@ from builder.core.runner import Runner, find_tool
 # The SAMPLE bootable base's GRUB menu generator (baseos/overlay): Debian's GRUB has no
 # blscfg, so the menu is written from ostree's boot loader entries.
 GENERATOR = "/usr/libexec/sample-base/grub2-mkconfig"
+# The kernel's console per architecture: the PC's 16550 UART (QEMU's pc board, most x86_64
+# devices), the PL011 UART of arm64's virt board and of most Arm SoCs.
+SERIAL_CONSOLE = {"x86_64": "ttyS0", "aarch64": "ttyAMA0"}
+
+
+def console_karg(arch: str) -> str:
+    return f"console={SERIAL_CONSOLE.get(arch, 'ttyS0')},115200"
 
 
 @dataclass(frozen=True)

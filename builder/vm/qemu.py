@@ -32,10 +32,17 @@ from builder.core.files import write_atomic
 from builder.core.runner import find_tool
 from builder.vm.firmware import ensure_vars, pflash_options, vars_path
 
-QEMU = "qemu-system-x86_64"
-# arm64 VMs: QEMU's virt board, a CPU TCG emulates quickly (`max` adds pointer
-# authentication, which costs under TCG), the PL011 UART as the console (ttyAMA0).
-QEMU_AARCH64 = ("qemu-system-aarch64", "virt", "cortex-a57")
+# (program, board, CPU) per guest architecture. x86_64: QEMU's default CPU model offers
+# AMD's SVM, and the guest's udev then loads kvm and kvm_amd at every boot, seconds of
+# emulated CPU for a hypervisor nobody runs there. aarch64: QEMU's virt board, its PL011 UART
+# the console (ttyAMA0), and the Cortex-A57: a fixed model, where `max` changes with every
+# QEMU release. `max` alone makes Debian's kernel (pointer authentication on every call)
+# pay for the architected QARMA5 algorithm emulated (QEMU's developers put it at up to half
+# the run time under TCG); `max,pauth-impdef=on` (TCG only) reached greenboot's verdict in
+# 189 s against the A57's 195 s, two VMs side by side (docs/benchmarks.md): not worth a
+# model that moves.
+BOARDS = {"x86_64": ("qemu-system-x86_64", "pc", "qemu64,-svm"),
+          "aarch64": ("qemu-system-aarch64", "virt", "cortex-a57")}
 
 
 @dataclass(frozen=True)
@@ -70,14 +77,15 @@ class Machine:
 
     def _board(self) -> tuple[str, str, str, list[str]]:
         """QEMU's program, machine, CPU, and what the firmware adds to the command line."""
+        if self.arch not in BOARDS:
+            raise BuildError(f"no QEMU board for {self.arch} VMs ({', '.join(BOARDS)})")
         if self.secure_boot and (self.firmware != "uefi" or self.arch != "x86_64"):
             raise BuildError("Secure Boot is for x86_64 VMs booting through UEFI",
                              hint="drop --secure-boot")
         if self.arch == "aarch64" and self.firmware != "uefi":
             raise BuildError("an aarch64 VM boots through UEFI only",
                              hint="drop --firmware bios")
-        program, board, cpu = (QEMU_AARCH64 if self.arch == "aarch64" else
-                               (QEMU, "pc", "qemu64,-svm"))
+        program, board, cpu = BOARDS[self.arch]
         if self.firmware != "uefi":
             return program, board, cpu, []
         variables = self.variables or ensure_vars(self.disk, self.arch, self.secure_boot)
@@ -94,8 +102,6 @@ class Machine:
             raise MissingToolError(program)
         netdev = ",".join(["user", "id=net0", "restrict=on",
                            *(forward.option() for forward in self.forwards)])
-        # QEMU's default CPU model offers AMD's SVM: the guest's udev then loads kvm and
-        # kvm_amd at every boot, seconds of emulated CPU for a hypervisor nobody runs there.
         return [qemu, "-machine", f"{board},accel={self.accel}", "-cpu", cpu, *uefi,
                 "-m", str(self.memory_mib),
                 "-smp", str(self.cpus), "-nodefaults", "-display", "none", "-no-reboot",
@@ -223,7 +229,7 @@ def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None =
         return "tcg", "no usable /dev/kvm"
     found = _cached_probe(cache)
     if found is None:
-        found = _probe_kvm(disk, seconds, firmware)
+        found = _probe_kvm(disk, seconds, firmware, arch)
         if cache is not None:
             write_atomic(cache, json.dumps({"boot_id": _boot_id(), "accel": found[0],
                                             "reason": found[1]}).encode())
@@ -233,13 +239,14 @@ def probe_accel(disk: Path, seconds: float, wanted: str, *, cache: Path | None =
     return accel, reason
 
 
-def _probe_kvm(disk: Path, seconds: float, firmware: str) -> tuple[str, str]:
+def _probe_kvm(disk: Path, seconds: float, firmware: str, arch: str) -> tuple[str, str]:
     work = disk.parent
     # The probe's firmware variables are its own: the VM's NVRAM starts as a device's would.
     variables = vars_path(work / "kvm-probe")
     variables.unlink(missing_ok=True)
-    probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware,
-                    variables=ensure_vars(work / "kvm-probe") if firmware == "uefi" else None)
+    probe = Machine(disk, accel="kvm", snapshot=True, firmware=firmware, arch=arch,
+                    variables=ensure_vars(work / "kvm-probe", arch) if firmware == "uefi"
+                    else None)
     serial, qmp = work / "kvm-probe.serial", work / "kvm-probe.qmp"
     try:
         return _probe_boot(probe, serial, qmp, seconds)

@@ -23,7 +23,7 @@ from builder.baseos.bootable import ensure_bootable_base
 from builder.context import Context
 from builder.core.errors import BuildError
 from builder.device.repo_server import RepoServer
-from builder.disk.deployment import Deployment
+from builder.disk.deployment import Deployment, console_karg
 from builder.disk.image import build_disk
 from builder.disk.layout import DEFAULT_FIRMWARE
 from builder.rpm.sample_base import build_sample_base
@@ -41,6 +41,15 @@ MAX_BOOTS = 8
 # A KVM boot reaches GRUB in about a second; where KVM is unusable it never does, and the
 # wait is paid once per host boot (the answer is kept in DIR/vm/accel.json).
 KVM_PROBE_SECONDS = 5.0
+# Seconds for all boots of a scenario when none is given: twice bad-update's five TCG boots
+# on a quiet 2-core machine (x86_64: 552 s; beside a test suite they took over 900 s).
+# An arm64 guest on an x86_64 host is emulated by TCG instruction by instruction, with no
+# help from the host's own CPU model: its boots are several times slower.
+TIME_LIMITS = {"x86_64": 1200.0, "aarch64": 3600.0}
+
+
+def time_limit(options: VmOptions, arch: str) -> float:
+    return options.time_limit or TIME_LIMITS.get(arch, TIME_LIMITS["x86_64"])
 
 
 @dataclass(frozen=True)
@@ -67,9 +76,7 @@ class VmOptions:
     accel: str = "auto"          # auto, kvm or tcg
     wait_timeout: int = 15       # MICROSHIFT_WAIT_TIMEOUT_SEC in the guest
     max_boot_attempts: int = 3
-    # Seconds for all boots of the scenario: twice bad-update's five TCG boots on a quiet
-    # 2-core machine (552 s); beside a test suite they took over 900 s.
-    time_limit: float = 1200.0
+    time_limit: float | None = None    # seconds for all boots (None: the arch's TIME_LIMITS)
     mirror: str | None = None
     firmware: str = DEFAULT_FIRMWARE   # uefi (OVMF, GPT disk with an ESP) or bios (SeaBIOS, MBR)
     # uefi: the commit's signed shim and GRUB on the ESP, OVMF enforcing Secure Boot
@@ -169,9 +176,10 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     run.mkdir(parents=True)
     with ctx.progress.step(f"{scenario.name}: {options.boots_with} disk image of v1"):
         disk = _disk(ctx, pair, scenario, options, run)
+    arch = ctx.target_arch
     outcome.accel, outcome.accel_reason = probe_accel(
         disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel,
-        firmware=options.firmware)
+        firmware=options.firmware, arch=arch)
     ctx.progress.info(f"accelerator: {outcome.accel} ({outcome.accel_reason})")
     server = RepoServer(pair.build_dir / "ostree/repo", updates=pair.build_dir / "deltas")
     with server:
@@ -180,8 +188,8 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
         uefi = options.firmware == "uefi"
         machine = Machine(disk, accel=outcome.accel, forwards=(
             Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),),
-            firmware=options.firmware, secure_boot=options.secure_boot,
-            variables=ensure_vars(disk, secure_boot=options.secure_boot) if uefi else None)
+            firmware=options.firmware, arch=arch, secure_boot=options.secure_boot,
+            variables=ensure_vars(disk, arch, options.secure_boot) if uefi else None)
         with ctx.progress.step(f"{scenario.name}: boot until greenboot settles"):
             _boot_until_settled(ctx, machine, run, options, outcome)
         stats = server.stats
@@ -200,7 +208,7 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
         pair.build_dir / "ostree/repo", pair.ref, pair.v1,
         remote_url=f"http://{GUEST_SERVER[0]}/repo/", gpg_key=pair.public_key,
         # Kernel messages cost emulated serial output; the journal keeps them on the disk.
-        kargs=("console=ttyS0,115200", "quiet"),
+        kargs=(console_karg(ctx.target_arch), "quiet"),
         etc_files=guest_settings(scenario, options), etc_links=GUEST_LINKS,
         var_files={MARKER: MARKER_TEXT.encode()})
     image = build_disk(ctx.runner, deployment, options.work / "disk",
@@ -233,7 +241,8 @@ def cut_offsets(index_path: Path, ref: str, from_commit: str, cuts: int) -> list
 
 def _boot_until_settled(ctx: Context, machine: Machine, run: Path, options: VmOptions,
                         outcome: VmOutcome) -> None:
-    deadline = time.monotonic() + options.time_limit
+    limit = time_limit(options, machine.arch)
+    deadline = time.monotonic() + limit
     state = DiskState(machine.disk, ctx.runner, firmware=machine.firmware)
     for number in range(1, MAX_BOOTS + 1):
         record = BootRecord(number, serial_log=str(run / f"boot-{number}.serial"))
@@ -248,7 +257,7 @@ def _boot_until_settled(ctx: Context, machine: Machine, run: Path, options: VmOp
             f"{record.seconds:.0f}s")
         if record.ended == "time limit":
             raise BuildError(
-                f"{outcome.scenario}: did not settle within {options.time_limit:.0f}s; boot "
+                f"{outcome.scenario}: did not settle within {limit:.0f}s; boot "
                 f"{number} stopped at:\n    " + "\n    ".join(record.last_lines[-8:]),
                 hint=f"the whole console is in {record.serial_log}")
         if record.ended == "settled":

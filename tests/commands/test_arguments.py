@@ -28,6 +28,10 @@ from tests.support.cli import RELEASE, run_cli
      "--secure-boot: is for --firmware uefi"),
     (["device", "simulate", "--vm", "--scenario", "bad-update", "--firmware", "bios",
       "--secure-boot"], "--secure-boot: is for --firmware uefi"),
+    (["--arch", "ppc64le", "device", "simulate", "--vm", "--scenario", "good-update"],
+     "--arch: the VM scenarios boot x86_64 or aarch64; ppc64le stays on the simulated"),
+    (["--arch", "aarch64", "device", "simulate", "--vm", "--scenario", "bad-update",
+      "--firmware", "bios"], "--firmware: an aarch64 VM boots through UEFI only"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

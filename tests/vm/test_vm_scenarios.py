@@ -3,7 +3,9 @@ simulated sysroot (builder/device/) must repeat what real GRUB, systemd and gree
 
 Collected only by `nox -s vm` (MSEB_VM=1): each scenario builds two releases on the SAMPLE
 bootable base and boots a VM 2 to 5 times (minutes under TCG). Every scenario boots the UEFI
-image (OVMF, the default); bad-update boots the BIOS one too. CI runs bad-update.
+image (OVMF, the default); bad-update boots the BIOS image too. good-update and bad-update
+also boot the arm64 image (`-k aarch64`: its own base, AAVMF on QEMU's virt board, TCG on an
+x86_64 host). CI runs x86_64's bad-update.
 """
 
 from __future__ import annotations
@@ -24,13 +26,25 @@ from tests.support.cli import PROJECT_ROOT, RELEASE
 pytestmark = [pytest.mark.integration,
               requires.root_only("the bootable base, the compose and the disk image")]
 SCENARIOS = ("bad-update", "good-update", "lte-update")
-# (scenario, firmware): UEFI for all; BIOS, still offered, for the rollback.
-RUNS = [*((s, "uefi") for s in SCENARIOS), ("bad-update", "bios")]
+# (scenario, firmware, arch): UEFI for all; BIOS, still offered, for the rollback; arm64
+# (UEFI only) for the update and the rollback. arm64's ids do not contain x86_64's, so that
+# CI's `-k bad-update-uefi` selects x86_64's alone.
+RUNS = [*((s, "uefi", "x86_64") for s in SCENARIOS), ("bad-update", "bios", "x86_64"),
+        ("good-update", "uefi", "aarch64"), ("bad-update", "uefi", "aarch64")]
+IDS = [f"{s}-{f}" if a == "x86_64" else f"{a}-{s}" for s, f, a in RUNS]
+# bad-update's (verdict, boot_counter) per boot: v1 green, v2 red three times as GRUB counts
+# down, then v1 again, green.
+ROLLBACK = [("green", None), ("red", 2), ("red", 1), ("red", 0), ("green", -1)]
 
 
 @pytest.fixture(scope="module")
 def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One build directory for the module: the bootable base is built once."""
+    """One build directory for the module: the bootable base is built once. MSEB_VM_BUILD_DIR
+    names one kept between runs instead (its bases, arm64's 10 to 16 minutes, are reused)."""
+    kept = os.environ.get("MSEB_VM_BUILD_DIR")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept).resolve()
     return tmp_path_factory.mktemp("vm-tier")
 
 
@@ -40,9 +54,8 @@ def builder(*args: str | Path, timeout: float = 1800) -> subprocess.CompletedPro
                           timeout=timeout, check=False)
 
 
-def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) -> list[tuple]:
-    """The simulated sysroot, run on the same two commits the VM booted."""
-    work = build_dir / "vm" / scenario
+def model_sequence(work: Path, scenario: str, report: dict[str, object]) -> list[tuple]:
+    """The simulated sysroot, run on the same two commits the VM booted (in `work`)."""
     out = work / "model.json"
     proc = builder("device", "simulate", "--scenario", scenario, "--build-dir",
                    work / "build", "--release", work / "releases/v2.yaml",
@@ -54,12 +67,16 @@ def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) ->
             for b in [model["first_boot"], *model["boots"]]]
 
 
-@pytest.mark.parametrize(("scenario", "firmware"), RUNS, ids=[f"{s}-{f}" for s, f in RUNS])
+@pytest.mark.parametrize(("scenario", "firmware", "arch"), RUNS, ids=IDS)
 def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, scenario: str,
-                                                             firmware: str) -> None:
-    report_file = build_dir / f"{scenario}-{firmware}.json"
-    proc = builder("device", "simulate", "--vm", "--scenario", scenario, "--firmware",
-                   firmware, "--build-dir", build_dir, "--report-json", report_file)
+                                                             firmware: str, arch: str) -> None:
+    report_file = build_dir / f"{scenario}-{firmware}-{arch}.json"
+    # Each architecture's scenarios have their own work directory (their releases differ);
+    # the build directory, and with it each architecture's bootable base, is shared.
+    work = build_dir / "vm" / (scenario if arch == "x86_64" else f"{scenario}-{arch}")
+    proc = builder("--arch", arch, "device", "simulate", "--vm", "--scenario", scenario,
+                   "--firmware", firmware, "--build-dir", build_dir, "--work-dir", work,
+                   "--report-json", report_file, timeout=1800 if arch == "x86_64" else 5400)
     assert report_file.is_file(), proc.stderr[-4000:]
     report = json.loads(report_file.read_text())
     failed = [c["check"] for c in report["checks"] if not c["ok"]]
@@ -69,8 +86,7 @@ def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, sc
     assert report["firmware"] == firmware
     assert all(Path(b["serial_log"]).is_file() and b["seconds"] > 0 for b in boots)
     if scenario == "bad-update":
-        assert [(b["verdict"], b["boot_counter"]) for b in boots] == \
-            [("green", None), ("red", 2), ("red", 1), ("red", 0), ("green", -1)]
+        assert [(b["verdict"], b["boot_counter"]) for b in boots] == ROLLBACK
         assert report["final_commit"] == report["v1"]
         assert report["final"]["deployments"] == [report["v1"]]
         assert report["final"]["data_version"] == "4.14.2"  # v1's data, restored
@@ -78,7 +94,7 @@ def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, sc
         assert report["final_commit"] == report["v2"]
         assert report["final"]["data_version"] == "4.14.3"
     vm = [(b["commit"], b["verdict"], b["boot_counter"]) for b in boots]
-    assert model_sequence(build_dir, scenario, report) == vm
+    assert model_sequence(work, scenario, report) == vm
 
 
 def qemu_processes(marker: str) -> list[int]:
