@@ -95,6 +95,10 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     simulate.add_argument("--firmware", choices=("uefi", "bios"), default="uefi",
                           help="--vm: boot a GPT disk through OVMF (uefi, the default) or an "
                                "MBR disk through SeaBIOS (bios)")
+    simulate.add_argument("--mode", choices=("ostree", "image"), default="ostree",
+                          help="--vm: an ostree device (the default) or an image-mode (bootc) "
+                               "device installed from v1's bootc image, updated by image delta "
+                               "and rolled back with bootc rollback")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
 
@@ -335,11 +339,12 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
     wait = args.wait_timeout or 15
     options = VmOptions(work=work, accel=args.accel, wait_timeout=wait,
                         time_limit=float(args.time_limit), mirror=args.mirror,
-                        firmware=args.firmware)
+                        firmware=args.firmware, mode=args.mode)
     outcome = run_and_check(ctx.for_arch(arch), VM_SCENARIOS[args.scenario], options)
     if args.report_json:
         args.report_json.write_text(outcome_json(outcome) + "\n")
     verdict = "PASSED" if outcome.passed else "FAILED"
-    print(f"scenario {args.scenario} (VM, {outcome.firmware}, {outcome.accel}): {verdict} "
+    print(f"scenario {args.scenario} (VM, {outcome.mode} mode, {outcome.firmware}, "
+          f"{outcome.accel}): {verdict} "
           f"({sum(ok for _, ok in outcome.checks)}/{len(outcome.checks)} expectations)")
     return 0 if outcome.passed else 1
