@@ -103,6 +103,9 @@ def outcome_json(outcome: VmOutcome) -> str:
         "firmware": outcome.firmware, "mode": outcome.mode,
         "accel": outcome.accel, "accel_reason": outcome.accel_reason,
         "v1": pair.v1 if pair else None, "v2": pair.v2 if pair else None,
+        # Image mode: v1 and v2 are the images' digests, made from these commits.
+        "commits": ([outcome.images.commits.v1, outcome.images.commits.v2]
+                    if outcome.images else None),
         "final_commit": outcome.booted(outcome.boots[-1]) if outcome.boots else None,
         "checks": [{"check": what, "ok": ok} for what, ok in outcome.checks],
         "boots": [b.to_dict() for b in outcome.boots],

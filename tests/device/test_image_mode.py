@@ -48,6 +48,8 @@ def test_the_stand_in_switches_to_an_image_and_it_boots(
     assert booted["image"]["imageDigest"] == images.v1
     assert booted["image"]["image"] == {"image": str(images.single("v1")), "transport": "oci"}
     assert status["status"]["staged"] is None
+    # As bootc's: greenboot's fallback check calls `bootc rollback` only on a bootcHost.
+    assert status["status"]["type"] == "bootcHost"
     assert device.deployments()[0].checksum == booted["ostree"]["checksum"]
     assert (device.deployments()[0].path / "usr/etc/greenboot/greenboot.conf").is_file()
 

@@ -3,7 +3,10 @@ simulated sysroot (builder/device/) must repeat what real GRUB, systemd and gree
 
 Collected only by `nox -s vm` (MSEB_VM=1): each scenario builds two releases on the SAMPLE
 bootable base and boots a VM 2 to 5 times (minutes under TCG). Every scenario boots the UEFI
-image (OVMF, the default); bad-update boots the BIOS one too. CI runs bad-update.
+image (OVMF, the default); bad-update boots the BIOS one too. Every scenario runs again on
+an image-mode (bootc) device (ids SCENARIO-image: installed from v1's bootc image, updated
+by image delta, rolled back by `bootc rollback`), whose (image, verdict, boot_counter)
+sequence must be the ostree device's. CI runs bad-update.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ pytestmark = [pytest.mark.integration,
 SCENARIOS = ("bad-update", "good-update", "lte-update")
 # (scenario, firmware): UEFI for all; BIOS, still offered, for the rollback.
 RUNS = [*((s, "uefi") for s in SCENARIOS), ("bad-update", "bios")]
+# Image mode: every scenario on UEFI.
+IMAGE_RUNS = SCENARIOS
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +45,8 @@ def builder(*args: str | Path, timeout: float = 1800) -> subprocess.CompletedPro
                           timeout=timeout, check=False)
 
 
-def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) -> list[tuple]:
-    """The simulated sysroot, run on the same two commits the VM booted."""
+def model_sequence(build_dir: Path, scenario: str, v1: object) -> list[tuple]:
+    """The simulated sysroot, run on the same two commits the VM booted (v1 first)."""
     work = build_dir / "vm" / scenario
     out = work / "model.json"
     proc = builder("device", "simulate", "--scenario", scenario, "--build-dir",
@@ -49,7 +54,7 @@ def model_sequence(build_dir: Path, scenario: str, report: dict[str, object]) ->
                    "--work-dir", work / "model", "--report-json", out, timeout=900)
     assert out.is_file(), proc.stderr[-3000:]
     model = json.loads(out.read_text())
-    assert model["first_boot"]["commit"] == report["v1"]
+    assert model["first_boot"]["commit"] == v1
     return [(b["commit"], b["verdict"], b["boot_counter"])
             for b in [model["first_boot"], *model["boots"]]]
 
@@ -78,7 +83,42 @@ def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, sc
         assert report["final_commit"] == report["v2"]
         assert report["final"]["data_version"] == "4.14.3"
     vm = [(b["commit"], b["verdict"], b["boot_counter"]) for b in boots]
-    assert model_sequence(build_dir, scenario, report) == vm
+    assert model_sequence(build_dir, scenario, report["v1"]) == vm
+
+
+def labelled(sequence: list[tuple], v1: object, v2: object) -> list[tuple]:
+    """A sequence with v1's and v2's ids (commits or image digests) named v1 and v2."""
+    names = {v1: "v1", v2: "v2"}
+    return [(names.get(what, what), *rest) for what, *rest in sequence]
+
+
+@pytest.mark.parametrize("scenario", IMAGE_RUNS, ids=[f"{s}-image" for s in IMAGE_RUNS])
+def test_the_image_mode_vm_scenario_boots_as_the_ostree_device_does(build_dir: Path,
+                                                                    scenario: str) -> None:
+    report_file = build_dir / f"{scenario}-image.json"
+    proc = builder("device", "simulate", "--vm", "--mode", "image", "--scenario", scenario,
+                   "--build-dir", build_dir, "--report-json", report_file)
+    assert report_file.is_file(), proc.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    assert proc.returncode == 0 and failed == [], (failed, proc.stderr[-4000:])
+    boots = report["boots"]
+    assert report["mode"] == "image" and report["v1"].startswith("sha256:")
+    assert [b["image"] for b in boots] == [b["image"] for b in boots if b["image"]]
+    vm = labelled([(b["image"], b["verdict"], b["boot_counter"]) for b in boots],
+                  report["v1"], report["v2"])
+    if scenario == "bad-update":
+        assert vm == [("v1", "green", None), ("v2", "red", 2), ("v2", "red", 1),
+                      ("v2", "red", 0), ("v1", "green", -1)]
+        assert report["final"]["data_version"] == "4.14.2"  # v1's data, restored
+        # bootc rollback keeps v2's deployment as the rollback one; v1's is the default.
+        assert len(report["final"]["deployments"]) == 2
+    else:
+        assert [name for name, *_ in vm] == ["v1", "v2"]
+        assert report["final"]["data_version"] == "4.14.3"
+    commit_v1, commit_v2 = report["commits"]
+    model = model_sequence(build_dir, scenario, commit_v1)
+    assert labelled(model, commit_v1, commit_v2) == vm
 
 
 def qemu_processes(marker: str) -> list[int]:
