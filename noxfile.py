@@ -74,8 +74,10 @@ def vm(session: nox.Session) -> None:
     works, TCG otherwise) and updates itself; every scenario's (commit, verdict, boot_counter)
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
     lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
-    cores), and each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu;
-    `nox -s vm -- bad-update` both firmwares' rollback, `-- bad-update-uefi` one (CI)."""
+    cores), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu, and the three
+    scenarios again on an image-mode (bootc) device (ids SCENARIO-image);
+    `nox -s vm -- bad-update` every rollback, `-- bad-update-uefi` one (CI),
+    `-- bad-update-image` the image-mode one."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""

@@ -95,6 +95,16 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
                         key.homedir / SAMPLE_PUBLIC_KEY)
 
 
+def single_image(ctx: Context, repo: Path, commit: str, version: str, out: Path) -> str:
+    """`commit` as the one image of the OCI layout OUT/image (made as the sample images are,
+    in OUT/layout); its manifest digest."""
+    layout = Layout(out / "layout")
+    layout.init()
+    manifest, _ = _image(ctx, layout, repo, commit, None, version=version, created=1)
+    _single(layout, manifest, out / "image")
+    return manifest.digest
+
+
 def publish_index(ctx: Context, key: SigningKey, updates: Path, release: ImageRelease,
                   old: str, *, delta_file: Path) -> None:
     write_image_index(ctx, key, updates, release, [(old, delta_file)])

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.baseos.debian import BOOTC_STANDIN
 from builder.bootc.registry import POLICY_KEY, device_policy
 from builder.bootc.sample_images import SampleImages, build_sample_images
 from builder.context import Context
@@ -30,7 +31,6 @@ from builder.publish.image_updates import image_updates_ref
 from builder.vm.releases import IMAGE, BuiltPair
 
 MODES = ("ostree", "image")
-BOOTC = Path(__file__).resolve().parents[1] / "device/standins/bootc"
 NAMESPACE = "registry.sample/microshift"   # where the release's images are pushed to
 
 
@@ -50,7 +50,7 @@ class ImagePair:
 
     def source(self) -> ImageSource:
         return ImageSource(self.images.single("v1"), f"{self.reference}:{self.commits.v1_version}",
-                           self.images.v1, BOOTC)
+                           self.images.v1, BOOTC_STANDIN)
 
 
 def build_images(ctx: Context, pair: BuiltPair, work: Path) -> ImagePair:
