@@ -28,6 +28,10 @@ from builder.bootc.sample_images import SampleImages, build_sample_images
 from builder.context import Context
 from builder.disk.deployment import ImageSource
 from builder.publish.image_updates import image_updates_ref
+from builder.updater.image_run import DIGESTS
+from builder.updater.status import STATE_DIR
+from builder.vm.boots import BootRecord
+from builder.vm.disk_state import DiskState
 from builder.vm.releases import IMAGE, BuiltPair
 
 MODES = ("ostree", "image")
@@ -88,3 +92,18 @@ def image_settings(images: ImagePair, update: Mapping[str, object],
                                    + "\n").encode(),
         POLICY_KEY.removeprefix("/etc/"): images.images.public_key.read_bytes(),
     }
+
+
+def signed_digests(state: DiskState, boots: list[BootRecord]) -> None:
+    """Name each boot's image by its signed manifest. An image the updater staged is the
+    layout it wrote from the delta (its layers uncompressed: another manifest digest, which
+    the boot report prints); the updater keeps which signed manifest each one was made from
+    (/var/lib/microshift-update/image-digests.json), as `bootc status` callers read it."""
+    text = state.var_file(str((STATE_DIR / DIGESTS).relative_to("var"))) or "{}"
+    try:
+        known = json.loads(text)
+    except ValueError:
+        known = {}
+    for boot in boots:
+        if boot.image is not None and isinstance(known, dict):
+            boot.image = str(known.get(boot.image, boot.image))

@@ -31,7 +31,7 @@ from builder.updater.index import INDEX, parse_index
 from builder.vm.boots import BootRecord, watch
 from builder.vm.disk_state import DiskState
 from builder.vm.firmware import ensure_vars
-from builder.vm.image_mode import ImagePair, build_images, image_settings
+from builder.vm.image_mode import ImagePair, build_images, image_settings, signed_digests
 from builder.vm.qemu import Forward, Machine, power_on, probe_accel
 from builder.vm.releases import IMAGE, BuiltPair, build_pair, write_release_files
 
@@ -196,6 +196,7 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     outcome.seconds["total"] = time.monotonic() - started
     _final_state(ctx, disk, outcome, options.firmware)
     if outcome.images is not None:
+        signed_digests(DiskState(disk, ctx.runner, firmware=options.firmware), outcome.boots)
         outcome.pair = outcome.images.as_images   # held to the images' digests
     return outcome
 

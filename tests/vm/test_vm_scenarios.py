@@ -96,8 +96,9 @@ def labelled(sequence: list[tuple], v1: object, v2: object) -> list[tuple]:
 def test_the_image_mode_vm_scenario_boots_as_the_ostree_device_does(build_dir: Path,
                                                                     scenario: str) -> None:
     report_file = build_dir / f"{scenario}-image.json"
+    # The images and the image's import into the disk and on the device add minutes.
     proc = builder("device", "simulate", "--vm", "--mode", "image", "--scenario", scenario,
-                   "--build-dir", build_dir, "--report-json", report_file)
+                   "--build-dir", build_dir, "--report-json", report_file, timeout=3000)
     assert report_file.is_file(), proc.stderr[-4000:]
     report = json.loads(report_file.read_text())
     failed = [c["check"] for c in report["checks"] if not c["ok"]]
