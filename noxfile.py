@@ -75,11 +75,13 @@ def vm(session: nox.Session) -> None:
     sequence is held to the simulated sysroot's. `nox -s vm` runs good-update, bad-update and
     lte-update on the UEFI image and bad-update on the BIOS one (~35 min under TCG on 2
     cores), good-update and bad-update on the arm64 image (AAVMF, emulated: see
-    docs/benchmarks.md), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu, and
+    docs/benchmarks.md), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu,
     OVMF enforcing Secure Boot (`-- secure_boot_enforced`: the signed chain to the kernel,
-    the unsigned GRUB refused);
-    `nox -s vm -- bad-update` every firmware's and architecture's rollback,
-    `-- bad-update-uefi` x86_64's UEFI one (CI), `-- aarch64` arm64's (scheduled CI)."""
+    the unsigned GRUB refused), and the three scenarios again on an image-mode (bootc)
+    device (ids SCENARIO-image);
+    `nox -s vm -- bad-update` every firmware's, architecture's and mode's rollback,
+    `-- bad-update-uefi` x86_64's UEFI one (CI), `-- aarch64` arm64's (scheduled CI),
+    `-- bad-update-image` the image-mode one."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""

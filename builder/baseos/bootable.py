@@ -17,6 +17,7 @@ from pathlib import Path
 
 from builder.baseos import greenboot
 from builder.baseos.debian import (
+    BOOTC_STANDIN,
     OVERLAY,
     DebianSource,
     debian_source,
@@ -66,6 +67,7 @@ def ensure_bootable_base(ctx: Context, mirror: str | None = None) -> BootableBas
     release = greenboot.verified()
     identity = hashlib.sha256(canonical_json({
         "debian": source.identity(), "overlay": tree_digest(OVERLAY),
+        "bootc": file_digest(BOOTC_STANDIN),
         "greenboot": tree_digest(greenboot.FILES), "greenboot-pins": file_digest(greenboot.PINS),
         "standins": {rpm.name: file_digest(rpm) for rpm in standins},
         "epoch": ctx.release.source_date_epoch, "layout": LAYOUT,

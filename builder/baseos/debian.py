@@ -20,6 +20,8 @@ from builder.core.runner import Runner
 
 PACKAGES = BASEOS_DIR / "packages.txt"
 OVERLAY = BASEOS_DIR / "overlay"
+# The SAMPLE bootc stand-in of the simulated device, the same program on the bootable base.
+BOOTC_STANDIN = Path(__file__).resolve().parents[1] / "device/standins/bootc"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 DEFAULT_SUITE = "bookworm"
 DEBIAN_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from builder.baseos import greenboot
-from builder.baseos.debian import OVERLAY
+from builder.baseos.debian import BOOTC_STANDIN, OVERLAY
 from builder.compose.base import SAMPLE_DBPATH, integration_layout
 from builder.compose.rootfs import clean_rpmdb, etc_to_usr_etc, rpm_env
 from builder.core.errors import BuildError
@@ -77,6 +77,10 @@ def make_bootable_tree(runner: Runner, tree: Path, standins: list[Path], epoch: 
         (tree / "etc/systemd/system" / link).unlink(missing_ok=True)
     # greenboot calls /usr/bin/grub2-editenv, Debian names it grub-editenv.
     os.symlink("grub-editenv", tree / "usr/bin/grub2-editenv")
+    # bootc is not packaged for Debian 12: image-mode devices get the simulation's SAMPLE
+    # stand-in (on RHEL the image carries the real bootc).
+    shutil.copyfile(BOOTC_STANDIN, tree / "usr/bin/bootc")
+    (tree / "usr/bin/bootc").chmod(0o755)
     name_resolution(tree)
     # Empty: systemd makes the machine's own id at first boot.
     (tree / "etc/machine-id").write_text("")

@@ -61,9 +61,11 @@ class SampleImages:
 
 
 def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
-                        versions: tuple[str, str], out: Path) -> SampleImages:
+                        versions: tuple[str, str], out: Path, *, ref: str = IMAGE_REF,
+                        reference: str = SAMPLE_REFERENCE) -> SampleImages:
     """v1 and v2 (`commits` of the archive `repo`, with their `versions`) as images, the
-    delta between them and the signed index (the build directory's SAMPLE key)."""
+    delta between them and the signed index (the build directory's SAMPLE key) in
+    OUT/updates/REF/, naming the images as pushed to `reference`."""
     layout = Layout(out / "layout")
     layout.init()
     plan: LayerPlan | None = None
@@ -78,28 +80,38 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
     changed = sum(entry["size"] for entry in layout.read_json(v2)["layers"]
                   if entry["digest"] not in had)
     report = write_image_delta(layout, v1, v2, out / "delta", ctx.runner)
-    updates = out / "updates" / IMAGE_REF
+    updates = out / "updates" / ref
     updates.mkdir(parents=True, exist_ok=True)
     delta_file = updates / delta_name(v1, v2)
     pack_layout(out / "delta", delta_file)
     key = ensure_sample_key(ctx.runner, ctx.progress, ctx.layout.sample_gpg_home,
                             ctx.release.source_date_epoch)
     try:
-        publish_index(ctx, key, updates, v1, v2, delta_file=delta_file, version=versions[1])
+        release = ImageRelease(ref, reference, v2, versions[1], None, None)
+        publish_index(ctx, key, updates, release, v1, delta_file=delta_file)
     finally:
         stop_agent(ctx.runner, key.homedir)
     return SampleImages(layout.root, v1, v2, updates, delta_file, changed, report,
                         key.homedir / SAMPLE_PUBLIC_KEY)
 
 
-def publish_index(ctx: Context, key: SigningKey, updates: Path, old: str, new: str, *,
-                  delta_file: Path | None, version: str) -> None:
+def single_image(ctx: Context, repo: Path, commit: str, version: str, out: Path) -> str:
+    """`commit` as the one image of the OCI layout OUT/image (made as the sample images are,
+    in OUT/layout); its manifest digest."""
+    layout = Layout(out / "layout")
+    layout.init()
+    manifest, _ = _image(ctx, layout, repo, commit, None, version=version, created=1)
+    _single(layout, manifest, out / "image")
+    return manifest.digest
+
+
+def publish_index(ctx: Context, key: SigningKey, updates: Path, release: ImageRelease,
+                  old: str, *, delta_file: Path | None) -> None:
     """The signed index and statement; without `delta_file` the index offers no delta (a
     device then pulls the layers it lacks from the registry)."""
-    release = ImageRelease(IMAGE_REF, SAMPLE_REFERENCE, new, version, None, None)
     write_image_index(ctx, key, updates, release,
                       [(old, delta_file)] if delta_file is not None else [])
-    sign_timestamp(ctx.runner, key, updates, IMAGE_REF, DEFAULT_VALIDITY_SECONDS)
+    sign_timestamp(ctx.runner, key, updates, release.ref, DEFAULT_VALIDITY_SECONDS)
 
 
 def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: LayerPlan | None,

@@ -98,6 +98,10 @@ def _add_simulate(simulate: argparse.ArgumentParser) -> None:
     simulate.add_argument("--secure-boot", action="store_true",
                           help="--vm, uefi: the commit's signed shim and GRUB on the disk, "
                                "OVMF enforcing Secure Boot with Microsoft's keys")
+    simulate.add_argument("--mode", choices=("ostree", "image"), default="ostree",
+                          help="--vm: an ostree device (the default) or an image-mode (bootc) "
+                               "device installed from v1's bootc image, updated by image delta "
+                               "and rolled back with bootc rollback")
     _link(simulate)
     simulate.set_defaults(func=cmd_simulate)
 
@@ -335,21 +339,25 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
         raise InputError("command line", "--firmware",
                          f"an {run.target_arch} VM boots through UEFI only",
                          hint="drop --firmware bios")
-    if args.secure_boot and run.target_arch != "x86_64":
-        raise InputError("command line", "--secure-boot",
-                         f"is for x86_64 VMs (OVMF with Microsoft's keys), not {run.target_arch}")
+    for given, option in ((args.secure_boot, "--secure-boot"), (args.mode == "image", "--mode")):
+        if given and run.target_arch != "x86_64":
+            raise InputError("command line", option,
+                             f"is for x86_64 VMs (OVMF's Microsoft keys, the SAMPLE amd64 "
+                             f"images), not {run.target_arch}")
     work = (args.work_dir or ctx.layout.vm_work(args.scenario)).resolve()
     # The simulated sysroot's default wait (2 s) is far too short for a real boot under TCG.
     wait = args.wait_timeout or 15
     options = VmOptions(work=work, accel=args.accel, wait_timeout=wait,
                         time_limit=None if args.time_limit is None else float(args.time_limit),
-                        mirror=args.mirror, firmware=args.firmware, secure_boot=args.secure_boot)
+                        mirror=args.mirror, firmware=args.firmware, secure_boot=args.secure_boot,
+                        mode=args.mode)
     outcome = run_and_check(run, VM_SCENARIOS[args.scenario], options)
     if args.report_json:
         args.report_json.write_text(outcome_json(outcome) + "\n")
     verdict = "PASSED" if outcome.passed else "FAILED"
     firmware = outcome.firmware + (" with Secure Boot" if outcome.secure_boot else "")
-    print(f"scenario {args.scenario} (VM, {firmware}, {outcome.accel}): {verdict} "
+    print(f"scenario {args.scenario} (VM, {outcome.mode} mode, {firmware}, {outcome.accel}): "
+          f"{verdict} "
           f"({sum(ok for _, ok in outcome.checks)}/{len(outcome.checks)} expectations)")
     return 0 if outcome.passed else 1
 

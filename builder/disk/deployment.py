@@ -7,6 +7,12 @@ deployed from REMOTE:REF so that updates follow that ref, /etc/fstab mounting th
 partition, and GRUB's environment block for greenboot's boot counter. The GRUB menu is
 written by the commit's own generator (OSTREE_GRUB2_EXEC), the one its ostree runs when it
 finalizes a staged update, so the menu the disk starts with is the one updates write.
+
+An image-mode disk (`image` set) is installed from the release's bootc image instead, as
+`bootc install` and the kickstart's `ostreecontainer` do: the image's layers imported into
+the sysroot's repository by the device's own bootc (ostree-rs-ext's import: one commit per
+layer, then the merged commit carrying the manifest digest) and deployed with an origin
+naming the image, so that `bootc status` shows it booted and `bootc upgrade` follows it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,20 @@ def console_karg(arch: str) -> str:
     return f"console={SERIAL_CONSOLE.get(arch, 'ttyS0')},115200"
 
 
+# How ostree-rs-ext names an image whose signature the containers policy checks.
+SIGNED_ORIGIN = "container-image-reference=ostree-image-signed:docker://{reference}"
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    """The bootc image a disk is installed from, and the bootc that imports it."""
+
+    layout: Path        # an OCI layout holding only this image
+    reference: str      # REGISTRY/NAMESPACE/NAME[:TAG] the device's origin and policy name
+    manifest: str       # sha256:... of the image in the layout
+    bootc: Path         # the bootc program that imports it (the SAMPLE stand-in here)
+
+
 @dataclass(frozen=True)
 class Deployment:
     """What goes on the disk: a commit of a ref, where updates come from, extra files."""
@@ -49,6 +69,7 @@ class Deployment:
     etc_files: Mapping[str, bytes] = field(default_factory=dict)
     var_files: Mapping[str, bytes] = field(default_factory=dict)
     etc_links: Mapping[str, str] = field(default_factory=dict)  # path in /etc -> target
+    image: ImageSource | None = None   # install from this bootc image, not from `commit`
 
 
 def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_uuid: str,
@@ -61,15 +82,23 @@ def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_
     repo = Repo(stage / "ostree/repo", runner)
     runner.run(["ostree", f"--repo={repo.path}", "config", "set", "sysroot.bootloader", "grub2"])
     _add_remote(runner, repo, d)
-    runner.run(["ostree", f"--repo={repo.path}", "pull-local", f"--remote={d.remote}",
-                str(d.source), d.commit])
-    repo.set_ref(f"{d.remote}:{d.ref}", d.commit)
     _boot_dir(runner, stage)
     generator = _generator(runner, d, work)
     kargs = [f"--karg=root=UUID={root_uuid}", "--karg=rw", *(f"--karg={k}" for k in d.kargs)]
-    runner.run([*admin, "deploy", f"--os={d.osname}", *kargs, f"{d.remote}:{d.ref}"],
+    if d.image is None:
+        runner.run(["ostree", f"--repo={repo.path}", "pull-local", f"--remote={d.remote}",
+                    str(d.source), d.commit])
+        repo.set_ref(f"{d.remote}:{d.ref}", d.commit)
+        checksum, source = d.commit, [f"{d.remote}:{d.ref}"]
+    else:
+        checksum = import_image(runner, stage, d.image, work)
+        origin = work / "image.origin"
+        origin.write_text("[origin]\n" + SIGNED_ORIGIN.format(reference=d.image.reference)
+                          + "\n")
+        source = [f"--origin-file={origin}", checksum]
+    runner.run([*admin, "deploy", f"--os={d.osname}", *kargs, *source],
                env={"OSTREE_GRUB2_EXEC": str(generator)})
-    deployed = stage / "ostree/deploy" / d.osname / "deploy" / f"{d.commit}.0"
+    deployed = stage / "ostree/deploy" / d.osname / "deploy" / f"{checksum}.0"
     if not deployed.is_dir():
         raise BuildError(f"ostree admin deploy left no deployment {deployed.name}")
     # ostree marks a deployment's root immutable against `rm -rf`; the file systems are made
@@ -86,6 +115,21 @@ def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_
         os.symlink(target, link)
     _write_files(stage / "ostree/deploy" / d.osname / "var", d.var_files)
     return deployed
+
+
+def import_image(runner: Runner, stage: Path, image: ImageSource, work: Path) -> str:
+    """The image as a commit of the sysroot's repository, imported by `bootc internals
+    import` (the stand-in reads the sysroot under MICROSHIFT_ROOT/sysroot); its checksum."""
+    root = work / "bootc-root"
+    root.mkdir()
+    (root / "sysroot").symlink_to(stage)
+    out = runner.output(["python3", str(image.bootc), "internals", "import",
+                         f"oci:{image.layout}"], env={"MICROSHIFT_ROOT": str(root)})
+    checksum, _, digest = out.strip().partition(" ")
+    if digest != image.manifest:
+        raise BuildError(f"bootc imported {digest or 'nothing'} from {image.layout}, not "
+                         f"the image {image.manifest}")
+    return checksum
 
 
 def _add_remote(runner: Runner, repo: Repo, d: Deployment) -> None:

@@ -130,6 +130,11 @@ def disk_identity(deployment: Deployment, epoch: int, firmware: str = "bios",
         "links": dict(sorted(d.etc_links.items())),
         "grub": file_digest(PLATFORM_DIR / "boot.img") if PLATFORM_DIR.is_dir() else None,
     }
+    if d.image is not None:
+        # Installed from an image: its manifest and the bootc that imported it (only then,
+        # so the identities of images installed from commits stay what they were).
+        fields.update(image={"manifest": d.image.manifest, "reference": d.image.reference,
+                             "bootc": file_digest(d.image.bootc)})
     if firmware != "bios":
         kernel = efi.platform(arch).directory / "kernel.img"
         # What this code puts on the ESP is part of it too: an image made with an older

@@ -137,6 +137,7 @@ def stand_ins(arch: str) -> tuple[StandIn, ...]:
         StandIn("ostree", files={"/usr/share/doc/ostree-sample/README": _text("ostree")}),
         StandIn("gnupg2", files={"/usr/share/doc/gnupg2-sample/README": _text("GnuPG")}),
         StandIn("openssl", files={"/usr/share/doc/openssl-sample/README": _text("OpenSSL")}),
+        StandIn("zstd", files={"/usr/share/doc/zstd-sample/README": _text("zstd")}),
         StandIn("jq", files={"/usr/share/doc/jq-sample/README": _text("jq")}),
         StandIn("curl", files={"/usr/share/doc/curl-sample/README": _text("curl")}),
     )

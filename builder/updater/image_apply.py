@@ -211,8 +211,12 @@ def apply_tar_diff(delta: Path, resolve: Resolve, top: Path, out: Path, diff_id:
         if source.read(len(HEADER)) != HEADER:
             raise BadImageDelta(f"{what}: not a tar-diff (the header is not 'tardf1')")
         # Unbuffered: zstd reads the file from right after the header, never all in memory.
-        proc = subprocess.Popen(["zstd", "-q", "-d", "-c", "-"], stdin=source,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            proc = subprocess.Popen(["zstd", "-q", "-d", "-c", "-"], stdin=source,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            raise UpdateRefused(f"{what}: zstd cannot run ({exc.strerror})",
+                                hint="install zstd: image-mode deltas are zstd streams") from None
     assert proc.stdout is not None and proc.stderr is not None
     layer: _Layer | None = None
     try:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from builder.vm.qemu import PowerOn
 
 GRUB = re.compile(r"grub: entry (\d+) boot_counter=(-?\d*)")
-BOOTED = re.compile(r"sample-boot-report: booted commit=([0-9a-f]{64}|unknown) version=(\S+)")
+BOOTED = re.compile(r"sample-boot-report: booted commit=([0-9a-f]{64}|unknown) version=(\S+)"
+                    r"(?: image=(sha256:[0-9a-f]{64}))?")
 VERDICT = re.compile(r"Boot Status is (GREEN|RED)")
 UPDATER = re.compile(r"microshift-update: (.*)$")
 IDLE = ("up to date:", "was rolled back by greenboot on this device", "failed:")
@@ -31,6 +32,7 @@ class BootRecord:
     boot_counter: int | None = None      # GRUB's counter as it booted (after its decrement)
     commit: str | None = None
     version: str | None = None
+    image: str | None = None             # the manifest digest a bootc image deployment is of
     verdict: str | None = None           # "green" or "red"
     ended: str = "running"               # "reboot", "settled", "time limit"
     seconds: float = 0.0
@@ -57,7 +59,7 @@ class BootRecord:
         self.boot_counter = int(match.group(2)) if match.group(2) else None
 
     def _booted(self, match: re.Match[str]) -> None:
-        self.commit, self.version = match.group(1), match.group(2)
+        self.commit, self.version, self.image = match.group(1), match.group(2), match.group(3)
 
     def _verdict(self, match: re.Match[str]) -> None:
         self.verdict = match.group(1).lower()
@@ -67,6 +69,7 @@ class BootRecord:
 
     def to_dict(self) -> dict[str, object]:
         return {"boot": self.number, "commit": self.commit, "version": self.version,
+                "image": self.image,
                 "verdict": self.verdict, "boot_counter": self.boot_counter,
                 "grub_entry": self.entry, "grubenv_after": self.grubenv_after,
                 "ended": self.ended, "seconds": round(self.seconds, 1),

@@ -24,13 +24,14 @@ def expect_outcome(scenario: VmScenario, options: VmOptions, outcome: VmOutcome)
     assert pair is not None
     expect = outcome.expect
     first, last = boots[0], boots[-1]
+    booted = outcome.booted
     expect("v1 boots first and greenboot says GREEN",
-           first.commit == pair.v1 and first.verdict == "green")
+           booted(first) == pair.v1 and first.verdict == "green")
     expect("the last boot is GREEN, with boot_success=1 and no boot_counter in grubenv",
            last.verdict == "green" and final.grubenv.get("boot_success") == "1"
            and "boot_counter" not in final.grubenv)
     expect("v1's own microshift-update staged v2 and rebooted into it",
-           any(line.startswith(f"staged {pair.v2[:12]}") for line in first.updater)
+           any(line.startswith(f"staged {_short(pair.v2)}") for line in first.updater)
            and "rebooting into the staged deployment" in first.updater)
     expect("MicroShift's data marker from v1 is intact", final.marker == MARKER_TEXT)
     if scenario.bad_v2:
@@ -46,17 +47,22 @@ def expect_outcome(scenario: VmScenario, options: VmOptions, outcome: VmOutcome)
 
 
 def _expect_rollback(outcome: VmOutcome, pair: BuiltPair, attempts: int) -> None:
-    boots, final, expect = outcome.boots, outcome.final, outcome.expect
+    boots, final, expect, booted = outcome.boots, outcome.final, outcome.expect, outcome.booted
     v2_boots = boots[1:-1]
     expect(f"v2 booted {attempts} times, RED each time, with boot_counter "
            f"{', '.join(str(n) for n in range(attempts - 1, -1, -1))}",
-           [(b.commit, b.verdict, b.boot_counter) for b in v2_boots]
+           [(booted(b), b.verdict, b.boot_counter) for b in v2_boots]
            == [(pair.v2, "red", n) for n in range(attempts - 1, -1, -1)])
     last = boots[-1]
     expect("then GRUB fell back to v1 (entry 1, boot_counter -1), GREEN",
-           (last.commit, last.entry, last.boot_counter, last.verdict)
+           (booted(last), last.entry, last.boot_counter, last.verdict)
            == (pair.v1, 1, -1, "green"))
-    expect("v2 is undeployed: v1 is the only deployment", final.deployments == [pair.v1])
+    if outcome.images is None:
+        expect("v2 is undeployed: v1 is the only deployment", final.deployments == [pair.v1])
+    else:
+        # bootc rollback reorders: v1 the default again, v2 kept as the rollback deployment.
+        expect("bootc rolled back: v1's deployment and v2's as its rollback remain",
+               len(final.deployments) == 2 and boots[0].commit in final.deployments)
     expect(f"MicroShift's data is v1's again, restored from its backup (version "
            f"{final.data_version})", final.data_version == _version(pair.v1_version))
     expect("the updater does not stage the rolled-back v2 again",
@@ -66,11 +72,17 @@ def _expect_rollback(outcome: VmOutcome, pair: BuiltPair, attempts: int) -> None
 def _expect_update(outcome: VmOutcome, pair: BuiltPair) -> None:
     boots, final, expect = outcome.boots, outcome.final, outcome.expect
     expect("v2 booted once, GREEN, and stays",
-           [(b.commit, b.verdict) for b in boots[1:]] == [(pair.v2, "green")])
+           [(outcome.booted(b), b.verdict) for b in boots[1:]] == [(pair.v2, "green")])
+    # The deployments are commits; in image mode, the ones v1's and v2's images became.
     expect("v2 is the default deployment, v1 the rollback",
-           sorted(final.deployments) == sorted([pair.v1, pair.v2]))
+           sorted(final.deployments) == sorted({boots[0].commit or "", boots[-1].commit or ""}))
     expect(f"MicroShift's data now belongs to v2 (version {final.data_version})",
            final.data_version == _version(pair.v2_version))
+
+
+def _short(booted: str) -> str:
+    """How the updater's log names a commit (12 hex) or an image (sha256: and 12 hex)."""
+    return booted[:19] if booted.startswith("sha256:") else booted[:12]
 
 
 def _version(evr: str) -> str:
@@ -81,17 +93,20 @@ def _version(evr: str) -> str:
 def sequence(outcome: VmOutcome) -> list[tuple[str | None, str | None, int | None]]:
     """(commit, verdict, boot_counter as GRUB booted) of every boot: what the model must
     repeat."""
-    return [(b.commit, b.verdict, b.boot_counter) for b in outcome.boots]
+    return [(outcome.booted(b), b.verdict, b.boot_counter) for b in outcome.boots]
 
 
 def outcome_json(outcome: VmOutcome) -> str:
     pair = outcome.pair
     return json.dumps({
         "scenario": outcome.scenario, "passed": outcome.passed,
-        "firmware": outcome.firmware, "secure_boot": outcome.secure_boot,
+        "firmware": outcome.firmware, "secure_boot": outcome.secure_boot, "mode": outcome.mode,
         "accel": outcome.accel, "accel_reason": outcome.accel_reason,
         "v1": pair.v1 if pair else None, "v2": pair.v2 if pair else None,
-        "final_commit": outcome.boots[-1].commit if outcome.boots else None,
+        # Image mode: v1 and v2 are the images' digests, made from these commits.
+        "commits": ([outcome.images.commits.v1, outcome.images.commits.v2]
+                    if outcome.images else None),
+        "final_commit": outcome.booted(outcome.boots[-1]) if outcome.boots else None,
         "checks": [{"check": what, "ok": ok} for what, ok in outcome.checks],
         "boots": [b.to_dict() for b in outcome.boots],
         "final": asdict(outcome.final), "served": outcome.served,

@@ -31,6 +31,7 @@ from builder.updater.index import INDEX, parse_index
 from builder.vm.boots import BootRecord, watch
 from builder.vm.disk_state import DiskState
 from builder.vm.firmware import ensure_vars
+from builder.vm.image_mode import ImagePair, build_images, image_settings, signed_digests
 from builder.vm.qemu import Forward, Machine, power_on, probe_accel
 from builder.vm.releases import IMAGE, BuiltPair, build_pair, write_release_files
 
@@ -79,6 +80,7 @@ class VmOptions:
     time_limit: float | None = None    # seconds for all boots (None: the arch's TIME_LIMITS)
     mirror: str | None = None
     firmware: str = DEFAULT_FIRMWARE   # uefi (OVMF, GPT disk with an ESP) or bios (SeaBIOS, MBR)
+    mode: str = "ostree"               # ostree, or image: a bootc device (builder/vm/image_mode.py)
     # uefi: the commit's signed shim and GRUB on the ESP, OVMF enforcing Secure Boot
     secure_boot: bool = False
 
@@ -103,6 +105,7 @@ class VmOutcome:
     scenario: str
     firmware: str = DEFAULT_FIRMWARE
     secure_boot: bool = False
+    mode: str = "ostree"
     accel: str = ""
     accel_reason: str = ""
     pair: BuiltPair | None = None
@@ -111,6 +114,11 @@ class VmOutcome:
     final: FinalState = field(default_factory=FinalState)
     served: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    images: ImagePair | None = None   # image mode: the releases' images
+
+    def booted(self, boot: BootRecord) -> str | None:
+        """What a boot ran: its commit, or in image mode its image's manifest digest."""
+        return boot.commit if self.images is None else boot.image
 
     def expect(self, what: str, ok: bool) -> None:
         self.checks.append((what, ok))
@@ -128,10 +136,12 @@ def prepare(ctx: Context, scenario: VmScenario, options: VmOptions) -> BuiltPair
     return build_pair(ctx, options.work / "build", releases)
 
 
-def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]:
+def guest_settings(scenario: VmScenario, options: VmOptions,
+                   images: ImagePair | None = None) -> dict[str, bytes]:
     """What the admin sets in v1's /etc (kept by ostree's /etc merge on v2)."""
     update = {"reboot": True, "retry_delay_seconds": 1, "timeout_seconds": 20,
               "max_bytes_per_second": scenario.cap}
+    image = {} if images is None else image_settings(images, update, GUEST_SERVER[0])
     return {
         "greenboot/greenboot.conf": (
             f"GREENBOOT_MAX_BOOT_ATTEMPTS={options.max_boot_attempts}\n"
@@ -154,6 +164,7 @@ def guest_settings(scenario: VmScenario, options: VmOptions) -> dict[str, bytes]
         # The updater's log on the console too, where the scenario reads it.
         "systemd/system/microshift-update.service.d/10-console.conf":
             b"[Service]\nStandardOutput=journal+console\nStandardError=journal+console\n",
+        **image,
     }
 
 
@@ -165,17 +176,20 @@ GUEST_LINKS = {"systemd/system/multi-user.target.wants/microshift-update.service
 
 def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmOutcome:
     outcome = VmOutcome(scenario.name, firmware=options.firmware,
-                        secure_boot=options.secure_boot)
+                        secure_boot=options.secure_boot, mode=options.mode)
     started = time.monotonic()
     with ctx.progress.step(f"{scenario.name}: v1 and v2 on the SAMPLE bootable base"):
         pair = outcome.pair = prepare(ctx, scenario, options)
+    if options.mode == "image":
+        with ctx.progress.step(f"{scenario.name}: v1 and v2 as bootc images"):
+            outcome.images = build_images(ctx, pair, options.work)
     outcome.seconds["build"] = time.monotonic() - started
     # Each firmware's boots keep their own console logs (the test tier runs both).
-    run = options.work / f"run-{options.boots_with}"
+    run = options.work / f"run-{options.boots_with}{'-image' if outcome.images else ''}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     with ctx.progress.step(f"{scenario.name}: {options.boots_with} disk image of v1"):
-        disk = _disk(ctx, pair, scenario, options, run)
+        disk = _disk(ctx, pair, scenario, options, run, images=outcome.images)
     arch = ctx.target_arch
     outcome.accel, outcome.accel_reason = probe_accel(
         disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel,
@@ -184,7 +198,7 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     server = RepoServer(pair.build_dir / "ostree/repo", updates=pair.build_dir / "deltas")
     with server:
         if scenario.cuts:
-            server.cut_delta_at(_cut_offsets(pair, scenario.cuts))
+            server.cut_delta_at(_cut_offsets(pair, scenario.cuts, outcome.images))
         uefi = options.firmware == "uefi"
         machine = Machine(disk, accel=outcome.accel, forwards=(
             Forward(*GUEST_SERVER, int(server.url.rsplit(":", 1)[1].split("/")[0])),),
@@ -199,20 +213,25 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     outcome.seconds["boots"] = sum(b.seconds for b in outcome.boots)
     outcome.seconds["total"] = time.monotonic() - started
     _final_state(ctx, disk, outcome, options.firmware)
+    if outcome.images is not None:
+        signed_digests(DiskState(disk, ctx.runner, firmware=options.firmware), outcome.boots)
+        outcome.pair = outcome.images.as_images   # held to the images' digests
     return outcome
 
 
 def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOptions,
-          run: Path) -> Path:
+          run: Path, *, images: ImagePair | None) -> Path:
     deployment = Deployment(
         pair.build_dir / "ostree/repo", pair.ref, pair.v1,
         remote_url=f"http://{GUEST_SERVER[0]}/repo/", gpg_key=pair.public_key,
         # Kernel messages cost emulated serial output; the journal keeps them on the disk.
         kargs=(console_karg(ctx.target_arch), "quiet"),
-        etc_files=guest_settings(scenario, options), etc_links=GUEST_LINKS,
-        var_files={MARKER: MARKER_TEXT.encode()})
+        etc_files=guest_settings(scenario, options, images), etc_links=GUEST_LINKS,
+        var_files={MARKER: MARKER_TEXT.encode()},
+        image=images.source() if images is not None else None)
+    mode = "" if images is None else ".image"
     image = build_disk(ctx.runner, deployment, options.work / "disk",
-                       f"{IMAGE}.{ctx.target_arch}.{options.boots_with}",
+                       f"{IMAGE}.{ctx.target_arch}.{options.boots_with}{mode}",
                        epoch=ctx.release.source_date_epoch, qcow2=False,
                        firmware=options.firmware, arch=ctx.target_arch,
                        secure_boot=options.secure_boot)
@@ -223,7 +242,9 @@ def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOption
     return disk
 
 
-def _cut_offsets(pair: BuiltPair, cuts: int) -> list[int]:
+def _cut_offsets(pair: BuiltPair, cuts: int, images: ImagePair | None) -> list[int]:
+    if images is not None:
+        return offsets_in(images.images.delta_file.stat().st_size, cuts)
     return cut_offsets(pair.build_dir / "deltas" / pair.ref / INDEX, pair.ref, pair.v1, cuts)
 
 
@@ -234,7 +255,11 @@ def cut_offsets(index_path: Path, ref: str, from_commit: str, cuts: int) -> list
     delta = index.delta_from(from_commit)
     if delta is None:
         raise BuildError(f"{index_path}: no delta file from {from_commit[:12]} to cut")
-    size = delta.size
+    return offsets_in(delta.size, cuts)
+
+
+def offsets_in(size: int, cuts: int) -> list[int]:
+    """`cuts` distinct offsets inside a file of `size` bytes, the same for the same count."""
     chooser = random.Random(cuts)
     return sorted(chooser.sample(range(1, max(2, size - 1)), min(cuts, max(1, size - 2))))
 

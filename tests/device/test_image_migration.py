@@ -103,6 +103,7 @@ def test_an_ostree_device_switches_to_the_image_of_its_release_keeping_data_and_
     assert booted["ostree"]["checksum"] == image.checksum != pair.v1
     assert rollback["image"] is None and rollback["ostree"]["checksum"] == pair.v1
     assert host["status"]["staged"] is None and not host["status"]["rollbackQueued"]
+    assert host["status"]["type"] == "bootcHost"
     assert [d.id for d in device.deployments()] == [image.id, installed.id]
     assert_kept(device, image)
     # The admin's change is merged into the image's /etc, not written into the image.
@@ -124,6 +125,7 @@ def test_bootc_rollback_returns_a_migrated_device_to_its_ostree_deployment(
     assert (back.id, back.checksum) == (installed.id, pair.v1)
     host = bootc_status(device)["status"]
     assert host["booted"]["image"] is None and host["booted"]["ostree"]["checksum"] == pair.v1
+    assert host["type"] is None   # an ostree deployment booted: greenboot uses rpm-ostree
     assert host["rollback"]["image"]["imageDigest"] == images.v1
     assert host["rollback"]["ostree"]["checksum"] == image.checksum
     assert not host["rollbackQueued"] and host["staged"] is None

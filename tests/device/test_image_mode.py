@@ -30,7 +30,7 @@ from builder.device.health_server import ApiServer
 from builder.device.image_mode import bootc_status
 from builder.device.sysroot import Device
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
-from builder.publish.image_updates import pack_layout
+from builder.publish.image_updates import ImageRelease, pack_layout
 from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.site import status
 from tests.device.test_scenarios import make_ctx
@@ -49,6 +49,8 @@ def test_the_stand_in_switches_to_an_image_and_it_boots(
     assert booted["image"]["imageDigest"] == images.v1
     assert booted["image"]["image"] == {"image": str(images.single("v1")), "transport": "oci"}
     assert status["status"]["staged"] is None
+    # As bootc's: greenboot's fallback check calls `bootc rollback` only on a bootcHost.
+    assert status["status"]["type"] == "bootcHost"
     assert device.deployments()[0].checksum == booted["ostree"]["checksum"]
     assert (device.deployments()[0].path / "usr/etc/greenboot/greenboot.conf").is_file()
 
@@ -116,8 +118,9 @@ def test_a_delta_rebuilding_a_layer_with_another_digest_is_refused_before_stagin
     key = ensure_sample_key(ctx.runner, ctx.progress, images.public_key.parent,
                             ctx.release.source_date_epoch)
     try:
-        publish_index(ctx, key, updates, images.v1, images.v2, delta_file=delta_file,
-                      version=sample_version(ctx, 2))
+        release = ImageRelease(IMAGE_REF, SAMPLE_REFERENCE, images.v2,
+                               sample_version(ctx, 2), None, None)
+        publish_index(ctx, key, updates, release, images.v1, delta_file=delta_file)
     finally:
         stop_agent(ctx.runner, key.homedir)
     _refused(device, repo, "rebuilds a layer with diff_id sha256:")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from builder.bootc.registry import LocalRegistry
-from builder.bootc.sample_images import IMAGE_REF, SampleImages, publish_index
+from builder.bootc.sample_images import IMAGE_REF, SAMPLE_REFERENCE, SampleImages, publish_index
 from builder.core.runner import Runner
 from builder.core.signing import ensure_sample_key, stop_agent
 from builder.device.boot import boot
@@ -24,6 +24,7 @@ from builder.device.commits import UpdatePair, sample_version
 from builder.device.health_server import ApiServer
 from builder.device.image_mode import bootc_status
 from builder.device.updater_run import UpdateFailed, UpdateOptions, run_updater
+from builder.publish.image_updates import ImageRelease
 from tests.device.image_site import CONFIG, image_device, site, trust
 from tests.device.site import status
 from tests.device.test_scenarios import make_ctx
@@ -59,8 +60,9 @@ def no_delta_site(images: SampleImages, tmp_path: Path) -> Path:
     key = ensure_sample_key(ctx.runner, ctx.progress, images.public_key.parent,
                             ctx.release.source_date_epoch)
     try:
-        publish_index(ctx, key, updates, images.v1, images.v2, delta_file=None,
-                      version=sample_version(ctx, 2))
+        release = ImageRelease(IMAGE_REF, SAMPLE_REFERENCE, images.v2, sample_version(ctx, 2),
+                               None, None)
+        publish_index(ctx, key, updates, release, images.v1, delta_file=None)
     finally:
         stop_agent(ctx.runner, key.homedir)
     return repo

@@ -13,14 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from builder.baseos.debian import BOOTC_STANDIN
+from builder.bootc.sample_images import single_image
+from builder.context import Context
 from builder.core.errors import BuildError
 from builder.core.ostree import Repo
 from builder.core.paths import BASEOS_DIR
+from builder.core.progress import Progress
 from builder.core.runner import Runner
-from builder.disk.deployment import GENERATOR, Deployment
+from builder.disk.deployment import GENERATOR, Deployment, ImageSource
 from builder.disk.grub import PLATFORM_DIR
 from builder.disk.image import BOOT_SIZE, FIRST_SECTOR, build_disk
 from tests.support import requires
+from tests.support.cli import RELEASE
 
 pytestmark = [pytest.mark.integration,
               requires.root_only("the deployed files keep their owners")]
@@ -112,3 +117,33 @@ def test_a_commit_without_the_base_s_menu_generator_is_refused_in_one_line(
     assert "SAMPLE bootable base" in caught.value.message
     assert "edge-raw-image" in (caught.value.hint or "")
     assert [p.name for p in (tmp_path / "out").iterdir()] == []  # nothing half-written
+
+
+def test_a_disk_installed_from_a_bootc_image_deploys_the_image_with_its_origin(
+        tmp_path: Path) -> None:
+    """As `bootc install` (and the kickstart's ostreecontainer): the device's bootc imports
+    the image into the sysroot's repository; the deployment is that import, its origin
+    names the image, and the policy in /etc lets the device take only signed images."""
+    repo, commit = small_commit(tmp_path)
+    ctx = Context(build_dir=tmp_path / "build", release_path=RELEASE, progress=Progress())
+    digest = single_image(ctx, repo.path, commit, "1", tmp_path / "oci")
+    source = ImageSource(tmp_path / "oci/image", "registry.sample/microshift/disk-test:1",
+                         digest, BOOTC_STANDIN)
+    deployment = Deployment(repo.path, REF, commit, image=source,
+                            etc_files={"containers/policy.json": b"{}\n"})
+    image = build_disk(Runner(), deployment, tmp_path / "a", "test.x86_64", epoch=EPOCH,
+                       firmware="bios", qcow2=False)
+    root = f"{image.raw}?offset={FIRST_SECTOR * 512 + BOOT_SIZE}"
+    listing = subprocess.run(["debugfs", "-R", "ls /ostree/deploy/edge/deploy", root],
+                             capture_output=True, text=True, check=True).stdout.split()
+    [deployed] = [name for name in listing if name.endswith(".0")]
+    assert deployed != f"{commit}.0"   # the image's import, not the commit
+    origin = debugfs_cat(root, f"/ostree/deploy/edge/deploy/{deployed}.origin")
+    assert "container-image-reference=ostree-image-signed:docker://registry.sample/" \
+           "microshift/disk-test:1" in origin
+    assert debugfs_cat(root, f"/ostree/deploy/edge/deploy/{deployed}/usr/lib/modules/"
+                             f"{KVER}/vmlinuz").startswith("SAMPLE kernel")
+    assert debugfs_cat(root, f"/ostree/deploy/edge/deploy/{deployed}/etc/containers/"
+                             "policy.json") == "{}\n"
+    menu = debugfs_cat(f"{image.raw}?offset={FIRST_SECTOR * 512}", "/loader/grub.cfg")
+    assert "ostree=/ostree/boot.1/edge/" in menu

@@ -27,6 +27,14 @@ def test_grub_s_line_the_booted_commit_and_greenboot_s_verdict_are_read() -> Non
         (0, 2, COMMIT, "4.14.3-1", "green")
     assert record(["grub: entry 1 boot_counter=-1"]).boot_counter == -1
     assert record(["grub: entry 0 boot_counter="]).boot_counter is None
+    assert boot.image is None   # a deployment made from a commit
+
+
+def test_an_image_deployment_s_boot_report_names_its_manifest_digest() -> None:
+    digest = "sha256:" + "ab" * 32
+    boot = record([f"sample-boot-report: booted commit={COMMIT} version=4.14.3-1 "
+                   f"image={digest}"])
+    assert (boot.commit, boot.version, boot.image) == (COMMIT, "4.14.3-1", digest)
 
 
 def test_a_green_boot_settles_once_the_updater_has_nothing_to_stage() -> None:

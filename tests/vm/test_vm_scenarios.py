@@ -5,7 +5,10 @@ Collected only by `nox -s vm` (MSEB_VM=1): each scenario builds two releases on 
 bootable base and boots a VM 2 to 5 times (minutes under TCG). Every scenario boots the UEFI
 image (OVMF, the default); bad-update boots the BIOS image too. good-update and bad-update
 also boot the arm64 image (`-k aarch64`: its own base, AAVMF on QEMU's virt board, TCG on an
-x86_64 host). CI runs x86_64's bad-update.
+x86_64 host). Every scenario runs again on an image-mode (bootc) device (ids SCENARIO-image:
+installed from v1's bootc image, updated by image delta, rolled back by `bootc rollback`),
+whose (image, verdict, boot_counter) sequence must be the ostree device's. CI runs x86_64's
+bad-update.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ IDS = [f"{s}-{f}" if a == "x86_64" else f"{a}-{s}" for s, f, a in RUNS]
 # bad-update's (verdict, boot_counter) per boot: v1 green, v2 red three times as GRUB counts
 # down, then v1 again, green.
 ROLLBACK = [("green", None), ("red", 2), ("red", 1), ("red", 0), ("green", -1)]
+# Image mode: every scenario on UEFI (x86_64).
+IMAGE_RUNS = SCENARIOS
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +100,44 @@ def test_the_vm_scenario_passes_and_the_model_boots_the_same(build_dir: Path, sc
         assert report["final"]["data_version"] == "4.14.3"
     vm = [(b["commit"], b["verdict"], b["boot_counter"]) for b in boots]
     assert model_sequence(work, scenario, report) == vm
+
+
+def labelled(sequence: list[tuple], v1: object, v2: object) -> list[tuple]:
+    """A sequence with v1's and v2's ids (commits or image digests) named v1 and v2."""
+    names = {v1: "v1", v2: "v2"}
+    return [(names.get(what, what), *rest) for what, *rest in sequence]
+
+
+@pytest.mark.parametrize("scenario", IMAGE_RUNS, ids=[f"{s}-image" for s in IMAGE_RUNS])
+def test_the_image_mode_vm_scenario_boots_as_the_ostree_device_does(build_dir: Path,
+                                                                    scenario: str) -> None:
+    report_file = build_dir / f"{scenario}-image.json"
+    # The images and the image's import into the disk and on the device add minutes.
+    work = build_dir / "vm" / f"{scenario}-image"
+    proc = builder("device", "simulate", "--vm", "--mode", "image", "--scenario", scenario,
+                   "--build-dir", build_dir, "--work-dir", work, "--report-json", report_file,
+                   timeout=3000)
+    assert report_file.is_file(), proc.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    assert proc.returncode == 0 and failed == [], (failed, proc.stderr[-4000:])
+    boots = report["boots"]
+    assert report["mode"] == "image" and report["v1"].startswith("sha256:")
+    assert [b["image"] for b in boots] == [b["image"] for b in boots if b["image"]]
+    vm = labelled([(b["image"], b["verdict"], b["boot_counter"]) for b in boots],
+                  report["v1"], report["v2"])
+    if scenario == "bad-update":
+        assert vm == [(("v1",) if n in (0, 4) else ("v2",)) + step
+                      for n, step in enumerate(ROLLBACK)]
+        assert report["final"]["data_version"] == "4.14.2"  # v1's data, restored
+        # bootc rollback keeps v2's deployment as the rollback one; v1's is the default.
+        assert len(report["final"]["deployments"]) == 2
+    else:
+        assert [name for name, *_ in vm] == ["v1", "v2"]
+        assert report["final"]["data_version"] == "4.14.3"
+    commit_v1, commit_v2 = report["commits"]
+    model = model_sequence(work, scenario, {"v1": commit_v1})
+    assert labelled(model, commit_v1, commit_v2) == vm
 
 
 def qemu_processes(marker: str) -> list[int]:
