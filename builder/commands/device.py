@@ -11,7 +11,8 @@ from builder.commands.options import add_build_dir
 from builder.context import Context
 from builder.core.errors import InputError
 
-SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull", "lte-update")
+SCENARIO_NAMES = ("good-update", "bad-update", "slow-update", "interrupted-pull", "lte-update",
+                  "migrate")
 
 
 def register(sub: Any) -> None:
@@ -300,6 +301,10 @@ def cmd_simulate(ctx: Context, args: argparse.Namespace) -> int:
         raise InputError("command line", "--wait-timeout", "must be 1..9999 seconds")
     if args.vm:
         return _simulate_vm(ctx, args)
+    if args.scenario not in SCENARIOS:
+        raise InputError("command line", "--scenario",
+                         f"{args.scenario!r} runs in a VM only (add --vm); allowed without "
+                         f"--vm: {', '.join(SCENARIOS)}")
     lte = args.scenario == "lte-update"
     payload_kib = args.payload_kib if args.payload_kib is not None else (2048 if lte else 256)
     if payload_kib < 0:
@@ -339,7 +344,12 @@ def _simulate_vm(ctx: Context, args: argparse.Namespace) -> int:
         raise InputError("command line", "--firmware",
                          f"an {run.target_arch} VM boots through UEFI only",
                          hint="drop --firmware bios")
-    for given, option in ((args.secure_boot, "--secure-boot"), (args.mode == "image", "--mode")):
+    if args.scenario == "migrate" and args.mode == "image":
+        raise InputError("command line", "--mode", "migrate starts on an ostree device and "
+                         "switches it to the image itself", hint="drop --mode image")
+    migrate = args.scenario == "migrate"
+    for given, option in ((args.secure_boot, "--secure-boot"),
+                          (args.mode == "image" or migrate, "--mode")):
         if given and run.target_arch != "x86_64":
             raise InputError("command line", option,
                              f"is for x86_64 VMs (OVMF's Microsoft keys, the SAMPLE amd64 "

@@ -21,7 +21,9 @@ BOOTED = re.compile(r"sample-boot-report: booted commit=([0-9a-f]{64}|unknown) v
                     r"(?: image=(sha256:[0-9a-f]{64}))?")
 VERDICT = re.compile(r"Boot Status is (GREEN|RED)")
 UPDATER = re.compile(r"microshift-update: (.*)$")
+ADMIN = re.compile(r"sample-admin: (.*)$")   # the migrate scenario's admin (vm/migration.py)
 IDLE = ("up to date:", "was rolled back by greenboot on this device", "failed:")
+ADMIN_IDLE = ("done:", "failed:")
 MANUAL = "Manual intervention necessary"
 
 
@@ -37,18 +39,21 @@ class BootRecord:
     ended: str = "running"               # "reboot", "settled", "time limit"
     seconds: float = 0.0
     updater: list[str] = field(default_factory=list)
+    admin: list[str] = field(default_factory=list)
     grubenv_after: dict[str, str] = field(default_factory=dict)
     serial_log: str = ""
     last_lines: list[str] = field(default_factory=list)
 
     def settled(self) -> bool:
         if self.verdict == "green":
-            return any(marker in line for line in self.updater for marker in IDLE)
+            return any(marker in line for line in self.updater for marker in IDLE) or \
+                any(line.startswith(ADMIN_IDLE) for line in self.admin)
         return False
 
     def read(self, line: str) -> None:
         for pattern, action in ((GRUB, self._grub), (BOOTED, self._booted),
-                                (VERDICT, self._verdict), (UPDATER, self._updater)):
+                                (VERDICT, self._verdict), (UPDATER, self._updater),
+                                (ADMIN, self._admin)):
             match = pattern.search(line)
             if match:
                 action(match)
@@ -67,13 +72,16 @@ class BootRecord:
     def _updater(self, match: re.Match[str]) -> None:
         self.updater.append(match.group(1).strip())
 
+    def _admin(self, match: re.Match[str]) -> None:
+        self.admin.append(match.group(1).strip())
+
     def to_dict(self) -> dict[str, object]:
         return {"boot": self.number, "commit": self.commit, "version": self.version,
                 "image": self.image,
                 "verdict": self.verdict, "boot_counter": self.boot_counter,
                 "grub_entry": self.entry, "grubenv_after": self.grubenv_after,
                 "ended": self.ended, "seconds": round(self.seconds, 1),
-                "updater": self.updater, "serial_log": self.serial_log}
+                "updater": self.updater, "admin": self.admin, "serial_log": self.serial_log}
 
 
 def watch(boot: PowerOn, record: BootRecord, deadline: float) -> None:

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict
 
 from builder.context import Context
+from builder.vm.migration import SAY_DONE, SAY_KEPT
 from builder.vm.releases import BuiltPair
 from builder.vm.scenarios import MARKER_TEXT, VmOptions, VmOutcome, VmScenario, run_vm_scenario
 
@@ -22,6 +23,9 @@ def run_and_check(ctx: Context, scenario: VmScenario, options: VmOptions) -> VmO
 def expect_outcome(scenario: VmScenario, options: VmOptions, outcome: VmOutcome) -> None:
     pair, boots, final = outcome.pair, outcome.boots, outcome.final
     assert pair is not None
+    if outcome.migration is not None:
+        _expect_migration(outcome, pair, options.max_boot_attempts)
+        return
     expect = outcome.expect
     first, last = boots[0], boots[-1]
     booted = outcome.booted
@@ -80,6 +84,36 @@ def _expect_update(outcome: VmOutcome, pair: BuiltPair) -> None:
            final.data_version == _version(pair.v2_version))
 
 
+def _expect_migration(outcome: VmOutcome, pair: BuiltPair, attempts: int) -> None:
+    boots, final, expect = outcome.boots, outcome.final, outcome.expect
+    assert outcome.migration is not None
+    image = outcome.migration.images.v1
+    said = [line for boot in boots for line in boot.admin]
+    expect("three boots: the commit, the image, the commit", len(boots) == 3)
+    if len(boots) != 3:
+        return
+    first, switched, back = boots
+    expect("v1 boots first from its ostree commit (no image), GREEN",
+           (first.commit, first.image, first.verdict) == (pair.v1, None, "green"))
+    expect("the admin's `bootc switch --transport oci` staged v1's image; the VM rebooted",
+           "switched to the image; rebooting" in first.admin and first.ended == "reboot")
+    expect(f"v1's image booted next as a deployment of its own, GREEN, with greenboot's "
+           f"boot counter armed ({attempts - 1})",
+           (switched.image, switched.verdict, switched.boot_counter)
+           == (image, "green", attempts - 1) and switched.commit not in (None, pair.v1))
+    expect("the image came up with the ostree deployment's /etc change and MicroShift's "
+           "data", SAY_KEPT in switched.admin)
+    expect("`bootc rollback` returned the device to the ostree commit: GREEN, no counter",
+           (back.commit, back.image, back.verdict, back.boot_counter, back.entry)
+           == (pair.v1, None, "green", None, 0) and SAY_DONE in said[-1])
+    expect("the commit's and the image's deployments remain; grubenv boot_success=1",
+           final.deployments == sorted({pair.v1, switched.commit or ""})
+           and final.grubenv.get("boot_success") == "1"
+           and "boot_counter" not in final.grubenv)
+    expect(f"MicroShift's data marker and v1's data (version {final.data_version}) are kept",
+           final.marker == MARKER_TEXT and final.data_version == _version(pair.v1_version))
+
+
 def _short(booted: str) -> str:
     """How the updater's log names a commit (12 hex) or an image (sha256: and 12 hex)."""
     return booted[:19] if booted.startswith("sha256:") else booted[:12]
@@ -106,6 +140,8 @@ def outcome_json(outcome: VmOutcome) -> str:
         # Image mode: v1 and v2 are the images' digests, made from these commits.
         "commits": ([outcome.images.commits.v1, outcome.images.commits.v2]
                     if outcome.images else None),
+        # migrate: the image the admin switched to.
+        "migration_image": outcome.migration.images.v1 if outcome.migration else None,
         "final_commit": outcome.booted(outcome.boots[-1]) if outcome.boots else None,
         "checks": [{"check": what, "ok": ok} for what, ok in outcome.checks],
         "boots": [b.to_dict() for b in outcome.boots],

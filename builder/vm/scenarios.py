@@ -32,6 +32,7 @@ from builder.vm.boots import BootRecord, watch
 from builder.vm.disk_state import DiskState
 from builder.vm.firmware import ensure_vars
 from builder.vm.image_mode import ImagePair, build_images, image_settings, signed_digests
+from builder.vm.migration import admin_etc, image_on_device
 from builder.vm.qemu import Forward, Machine, power_on, probe_accel
 from builder.vm.releases import IMAGE, BuiltPair, build_pair, write_release_files
 
@@ -60,6 +61,7 @@ class VmScenario:
     bad_v2: bool = False
     cuts: int = 0          # the server drops the delta file's transfer this many times
     cap: int = 0           # update.yaml max_bytes_per_second (0: none)
+    migrate: bool = False  # no update: an admin switches to v1's image and back
 
 
 VM_SCENARIOS = {s.name: s for s in (
@@ -68,6 +70,8 @@ VM_SCENARIOS = {s.name: s for s in (
                "boots, back to v1 with its data", bad_v2=True),
     VmScenario("lte-update", "the updater's bandwidth cap and a link cut 3 times in the delta "
                "file: each cut resumes, v2 is staged and boots", cuts=3, cap=32 * 1024),
+    VmScenario("migrate", "installed from the ostree commit v1, switched by bootc to v1's "
+               "image with /etc and data kept, then rolled back to the commit", migrate=True),
 )}
 
 
@@ -115,6 +119,7 @@ class VmOutcome:
     served: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     images: ImagePair | None = None   # image mode: the releases' images
+    migration: ImagePair | None = None   # migrate: the images the admin switches to
 
     def booted(self, boot: BootRecord) -> str | None:
         """What a boot ran: its commit, or in image mode its image's manifest digest."""
@@ -180,16 +185,21 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     started = time.monotonic()
     with ctx.progress.step(f"{scenario.name}: v1 and v2 on the SAMPLE bootable base"):
         pair = outcome.pair = prepare(ctx, scenario, options)
-    if options.mode == "image":
+    if options.mode == "image" or scenario.migrate:
         with ctx.progress.step(f"{scenario.name}: v1 and v2 as bootc images"):
-            outcome.images = build_images(ctx, pair, options.work)
+            images = build_images(ctx, pair, options.work)
+        if scenario.migrate:
+            outcome.migration = images
+        else:
+            outcome.images = images
     outcome.seconds["build"] = time.monotonic() - started
     # Each firmware's boots keep their own console logs (the test tier runs both).
     run = options.work / f"run-{options.boots_with}{'-image' if outcome.images else ''}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
     with ctx.progress.step(f"{scenario.name}: {options.boots_with} disk image of v1"):
-        disk = _disk(ctx, pair, scenario, options, run, images=outcome.images)
+        disk = _disk(ctx, pair, run, options, _guest_files(scenario, options, outcome),
+                     images=outcome.images)
     arch = ctx.target_arch
     outcome.accel, outcome.accel_reason = probe_accel(
         disk, KVM_PROBE_SECONDS, options.accel, cache=ctx.layout.vm_accel,
@@ -219,17 +229,37 @@ def run_vm_scenario(ctx: Context, scenario: VmScenario, options: VmOptions) -> V
     return outcome
 
 
-def _disk(ctx: Context, pair: BuiltPair, scenario: VmScenario, options: VmOptions,
-          run: Path, *, images: ImagePair | None) -> Path:
+@dataclass(frozen=True)
+class GuestFiles:
+    """What the scenario puts on v1's disk besides the deployment (path -> bytes)."""
+
+    etc: dict[str, bytes]
+    etc_links: dict[str, str]
+    var: dict[str, bytes]
+    name: str = ""         # the disk's name suffix (.image, .migrate)
+
+
+def _guest_files(scenario: VmScenario, options: VmOptions, outcome: VmOutcome) -> GuestFiles:
+    var = {MARKER: MARKER_TEXT.encode()}
+    if outcome.migration is not None:
+        # No updater at boot: the admin's switch and rollback are the whole scenario.
+        etc, links = admin_etc()
+        return GuestFiles({**guest_settings(scenario, options), **etc}, links,
+                          {**var, **image_on_device(outcome.migration)}, ".migrate")
+    return GuestFiles(guest_settings(scenario, options, outcome.images), GUEST_LINKS, var,
+                      "" if outcome.images is None else ".image")
+
+
+def _disk(ctx: Context, pair: BuiltPair, run: Path, options: VmOptions, files: GuestFiles,
+          *, images: ImagePair | None) -> Path:
     deployment = Deployment(
         pair.build_dir / "ostree/repo", pair.ref, pair.v1,
         remote_url=f"http://{GUEST_SERVER[0]}/repo/", gpg_key=pair.public_key,
         # Kernel messages cost emulated serial output; the journal keeps them on the disk.
         kargs=(console_karg(ctx.target_arch), "quiet"),
-        etc_files=guest_settings(scenario, options, images), etc_links=GUEST_LINKS,
-        var_files={MARKER: MARKER_TEXT.encode()},
+        etc_files=files.etc, etc_links=files.etc_links, var_files=files.var,
         image=images.source() if images is not None else None)
-    mode = "" if images is None else ".image"
+    mode = files.name
     image = build_disk(ctx.runner, deployment, options.work / "disk",
                        f"{IMAGE}.{ctx.target_arch}.{options.boots_with}{mode}",
                        epoch=ctx.release.source_date_epoch, qcow2=False,

@@ -32,6 +32,12 @@ from tests.support.cli import RELEASE, run_cli
      "--arch: the VM scenarios boot x86_64 or aarch64; ppc64le stays on the simulated"),
     (["--arch", "aarch64", "device", "simulate", "--vm", "--scenario", "bad-update",
       "--firmware", "bios"], "--firmware: an aarch64 VM boots through UEFI only"),
+    (["device", "simulate", "--scenario", "migrate"],
+     "--scenario: 'migrate' runs in a VM only (add --vm)"),
+    (["device", "simulate", "--vm", "--scenario", "migrate", "--mode", "image"],
+     "--mode: migrate starts on an ostree device"),
+    (["--arch", "aarch64", "device", "simulate", "--vm", "--scenario", "migrate"],
+     "--mode: is for x86_64 VMs"),
 ])
 def test_a_bad_argument_is_one_line_and_exit_2_before_any_work(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str],

@@ -56,6 +56,17 @@ def test_a_green_boot_settles_once_the_updater_has_nothing_to_stage() -> None:
     assert rolled_back.settled()
 
 
+def test_the_migrate_scenario_s_admin_settles_a_green_boot_only_when_done() -> None:
+    boot = record(GREEN_BOOT)
+    boot.read("sample-admin[620]: sample-admin: switched to the image; rebooting")
+    assert not boot.settled() and boot.admin == ["switched to the image; rebooting"]
+    boot.read("sample-admin[700]: sample-admin: done: nothing left to do")
+    assert boot.settled()
+    red = record(["greenboot-status[1]: greenboot: Boot Status is RED - Health Check FAILURE!",
+                  "sample-admin[2]: sample-admin: done: nothing left to do"])
+    assert not red.settled()
+
+
 def test_a_red_boot_never_settles_on_the_updater_s_word() -> None:
     boot = record(["grub: entry 0 boot_counter=1",
                    "greenboot-status[1]: greenboot: Boot Status is RED - Health Check FAILURE!",

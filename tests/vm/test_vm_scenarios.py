@@ -7,8 +7,9 @@ image (OVMF, the default); bad-update boots the BIOS image too. good-update and 
 also boot the arm64 image (`-k aarch64`: its own base, AAVMF on QEMU's virt board, TCG on an
 x86_64 host). Every scenario runs again on an image-mode (bootc) device (ids SCENARIO-image:
 installed from v1's bootc image, updated by image delta, rolled back by `bootc rollback`),
-whose (image, verdict, boot_counter) sequence must be the ostree device's. CI runs x86_64's
-bad-update.
+whose (image, verdict, boot_counter) sequence must be the ostree device's; `-k migrate`
+switches an ostree device to its release's image and back. CI runs x86_64's bad-update in
+both modes.
 """
 
 from __future__ import annotations
@@ -138,6 +139,27 @@ def test_the_image_mode_vm_scenario_boots_as_the_ostree_device_does(build_dir: P
     commit_v1, commit_v2 = report["commits"]
     model = model_sequence(work, scenario, {"v1": commit_v1})
     assert labelled(model, commit_v1, commit_v2) == vm
+
+
+def test_an_ostree_device_migrates_to_its_release_s_image_and_rolls_back(
+        build_dir: Path) -> None:
+    """Issue 41, item 5 (`-k migrate`): installed from the commit, switched by the device's
+    bootc to the image of the same release, back by `bootc rollback`; all green."""
+    report_file = build_dir / "migrate.json"
+    work = build_dir / "vm" / "migrate"
+    proc = builder("device", "simulate", "--vm", "--scenario", "migrate", "--build-dir",
+                   build_dir, "--work-dir", work, "--report-json", report_file, timeout=3000)
+    assert report_file.is_file(), proc.stderr[-4000:]
+    report = json.loads(report_file.read_text())
+    failed = [c["check"] for c in report["checks"] if not c["ok"]]
+    assert proc.returncode == 0 and failed == [], (failed, proc.stderr[-4000:])
+    v1, image = report["v1"], report["migration_image"]
+    boots = [(b["commit"] == v1, b["image"], b["verdict"], b["boot_counter"])
+             for b in report["boots"]]
+    assert boots == [(True, None, "green", None), (False, image, "green", 2),
+                     (True, None, "green", None)]
+    assert report["final"]["marker"] is not None
+    assert report["final"]["data_version"] == "4.14.2"
 
 
 def qemu_processes(marker: str) -> list[int]:
