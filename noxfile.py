@@ -85,8 +85,10 @@ def vm(session: nox.Session) -> None:
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""
+    # Two workers: a TCG guest keeps one core busy, so two scenarios boot side by side.
     session.run("python", "-m", "pytest", "tests/vm/test_vm_scenarios.py",
-                "tests/vm/test_firmware_boot.py", "-q", "-rs",
+                "tests/vm/test_firmware_boot.py", "-q", "-rs", "--numprocesses=2",
+                "--dist=loadgroup",
                 *(["-k", selected] if selected else []),
                 env={"PYTHONDONTWRITEBYTECODE": "1", "MSEB_VM": "1"})
 
