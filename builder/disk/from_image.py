@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.bootc.oci import INDEX, Layout, single_layout
+from builder.bootc.publish import push_tag
 from builder.bootc.registry import POLICY_KEY, device_policy, pull, registries_yaml
 from builder.context import Context
 from builder.core.errors import BuildError, InputError
@@ -115,7 +116,7 @@ def device_reference(ctx: Context, request: ImageRequest, given: str | None, ima
         report = _report(ctx, image, arch)
         pushed = report.get("pushed") or {}
         if isinstance(pushed, dict) and pushed.get("reference"):
-            return f"{pushed['reference']}:{ctx.release.evr}-{arch}"
+            return f"{pushed['reference']}:{push_tag(ctx, arch)}"
     raise InputError("command line", "--reference", "is needed: the image was not pushed "
                      "from this build, so nothing names the registry reference the device "
                      "follows; allowed: HOST[:PORT]/NAMESPACE/NAME[:TAG]")
