@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.bootc.image_delta import write_image_delta
-from builder.bootc.oci import MANIFEST, Layout
+from builder.bootc.oci import Layout, single_layout
 from builder.context import Context
 from builder.core.progress import Progress
 from builder.core.runner import Runner
@@ -64,7 +64,8 @@ def measure(build: Path, release: Path, pair: UpdatePair, scratch: Path) -> dict
                   progress=Progress(stream=open("/dev/null", "w")))  # noqa: SIM115
     ref = image_updates_ref(report["ref"])
     site = _site(ctx, scratch / "site", ref, (old, new), delta)
-    device = _image_device(pair, _single(layout, old, scratch / "image-v1"), scratch / "device")
+    device = _image_device(pair, single_layout(layout, old, scratch / "image-v1"),
+                           scratch / "device")
     assert pair.public_key is not None, "the real-scale pair is signed"
     image_mode.trust(device, pair.public_key, REFERENCE)
     result, _ = run_updater(device, site, UpdateOptions(
@@ -99,19 +100,6 @@ def _site(ctx: Context, site: Path, ref: str, images: tuple[str, str], delta: Pa
     finally:
         stop_agent(ctx.runner, key.homedir)
     return site / "repo"
-
-
-def _single(layout: Layout, manifest: str, dest: Path) -> Path:
-    """A layout of the one image `bootc switch` reads, its blobs hard-linked."""
-    single = Layout(dest)
-    single.init()
-    document = layout.read_json(manifest)
-    for digest in [manifest, document["config"]["digest"],
-                   *(entry["digest"] for entry in document["layers"])]:
-        single.blob_path(digest).hardlink_to(layout.blob_path(digest))
-    size = layout.blob_path(manifest).stat().st_size
-    single.write_index([{"mediaType": MANIFEST, "digest": manifest, "size": size}])
-    return dest
 
 
 def _image_device(pair: UpdatePair, image: Path, work: Path) -> Device:

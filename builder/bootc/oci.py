@@ -12,11 +12,13 @@ what skopeo, umoci and bootc (`--transport oci`) read.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -128,6 +130,29 @@ class Layout:
             for info in tar:
                 handle = tar.extractfile(info) if info.isreg() else None
                 yield info, (handle.read() if handle is not None else None)
+
+
+def single_layout(layout: Layout, digest: str, dest: Path) -> Path:
+    """A layout at `dest` holding only `layout`'s image `digest`, as `bootc switch` and
+    `bootc install` read one: its blobs hard-linked (copied across file systems)."""
+    single = Layout(dest)
+    single.init()
+    document = layout.read_json(digest)
+    for blob in [digest, document["config"]["digest"],
+                 *(entry["digest"] for entry in document["layers"])]:
+        target = single.blob_path(blob)
+        if target.exists():
+            continue
+        try:
+            target.hardlink_to(layout.blob_path(blob))
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            shutil.copyfile(layout.blob_path(blob), target)
+    media = str(document.get("mediaType") or MANIFEST)
+    single.write_index([{"mediaType": media, "digest": digest,
+                         "size": layout.blob_path(digest).stat().st_size}])
+    return dest
 
 
 def canonical(document: dict[str, Any]) -> bytes:

@@ -32,9 +32,14 @@ class PushOptions:
     lookaside_url: str = ""          # where devices read signatures ("": beside the site)
 
 
+def push_tag(ctx: Context, arch: str) -> str:
+    """The tag an architecture's image is pushed under (`disk --from-image` follows it)."""
+    return f"{ctx.release.evr}-{arch}"
+
+
 def push_image(ctx: Context, built: BootcImage, options: PushOptions) -> Pushed:
     repository = f"{options.namespace}/{built.image}"
-    tag = f"{ctx.release.evr}-{built.arch}"
+    tag = push_tag(ctx, built.arch)
     with ctx.progress.step(f"push {repository}:{tag}"):
         pushed = push(ctx.runner, built.layout, built.arch, f"{repository}:{tag}",
                       key=options.key, signatures=options.signatures,

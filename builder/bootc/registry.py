@@ -57,13 +57,20 @@ def registries_d(root: Path, repository: str, *, staging: Path | None = None,
     """A registries.d directory whose one file names where `repository`'s signatures are
     written (`lookaside-staging`) or read (`lookaside`)."""
     root.mkdir(parents=True, exist_ok=True)
+    (root / "microshift.yaml").write_text(registries_yaml(repository, staging=staging,
+                                                          lookaside=lookaside))
+    return root
+
+
+def registries_yaml(repository: str, *, staging: Path | None = None,
+                    lookaside: str | None = None) -> str:
+    """containers-registries.d(5)'s entry for `repository` (JSON is YAML)."""
     entry = {}
     if staging is not None:
         entry["lookaside-staging"] = staging.resolve().as_uri()
     if lookaside is not None:
         entry["lookaside"] = lookaside
-    (root / "microshift.yaml").write_text(json.dumps({"docker": {repository: entry}}) + "\n")
-    return root
+    return json.dumps({"docker": {repository: entry}}) + "\n"
 
 
 def push(runner: Runner, layout: Path, arch: str, reference: str, *,
@@ -105,10 +112,15 @@ def device_policy(repository: str, key_path: str = POLICY_KEY) -> dict[str, Any]
 
 
 def pull(runner: Runner, reference: str, dest: Path, *, policy: Path | None = None,
-         registries: Path | None = None, tls_verify: bool = True) -> str:
-    """Copy `reference` into an OCI layout at `dest` (under `policy` when given); the
-    image's digest. A refusal is a BuildError with skopeo's reason."""
+         registries: Path | None = None, tls_verify: bool = True,
+         arch: str | None = None) -> str:
+    """Copy `reference` into an OCI layout at `dest` (under `policy` when given; of a
+    multi-architecture image, the one for GOARCH `arch`); the image's digest. A refusal is a
+    BuildError with skopeo's reason."""
+    if find_tool("skopeo") is None:
+        raise MissingToolError("skopeo")
     argv = ["skopeo", *(["--policy", str(policy)] if policy else []),
+            *(["--override-arch", arch] if arch else []),
             *(["--registries.d", str(registries)] if registries else []), "copy",
             "--preserve-digests", "--remove-signatures",
             f"--src-tls-verify={str(tls_verify).lower()}",

@@ -21,7 +21,7 @@ from typing import Any
 from builder.bootc.image import BootcOptions, content, image_tree
 from builder.bootc.image_delta import write_image_delta
 from builder.bootc.layers import LayerPlan, groups, plan_layers
-from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Blob, Layout
+from builder.bootc.oci import CONFIG, LAYER, MANIFEST, Blob, Layout, single_layout
 from builder.bootc.tree import CommitTree
 from builder.context import Context
 from builder.core.signing import (
@@ -74,7 +74,7 @@ def build_sample_images(ctx: Context, repo: Path, commits: tuple[str, str],
         manifest, plan = _image(ctx, layout, repo, commit, plan,
                                 version=versions[number - 1], created=number)
         digests.append(manifest.digest)
-        _single(layout, manifest, out / f"image-v{number}")
+        single_layout(layout, manifest.digest, out / f"image-v{number}")
     v1, v2 = digests
     had = {entry["digest"] for entry in layout.read_json(v1)["layers"]}
     changed = sum(entry["size"] for entry in layout.read_json(v2)["layers"]
@@ -101,7 +101,7 @@ def single_image(ctx: Context, repo: Path, commit: str, version: str, out: Path)
     layout = Layout(out / "layout")
     layout.init()
     manifest, _ = _image(ctx, layout, repo, commit, None, version=version, created=1)
-    _single(layout, manifest, out / "image")
+    single_layout(layout, manifest.digest, out / "image")
     return manifest.digest
 
 
@@ -139,16 +139,3 @@ def _image(ctx: Context, layout: Layout, repo: Path, commit: str, previous: Laye
                                 "config": config.descriptor(CONFIG),
                                 "layers": [b.descriptor(LAYER) for b in blobs]})
     return manifest, plan
-
-
-def _single(layout: Layout, manifest: Blob, dest: Path) -> None:
-    """A layout of one image, its blobs hard-linked from the shared one."""
-    single = Layout(dest)
-    single.init()
-    document = layout.read_json(manifest.digest)
-    for digest in [manifest.digest, document["config"]["digest"],
-                   *(entry["digest"] for entry in document["layers"])]:
-        target = single.blob_path(digest)
-        if not target.exists():
-            target.hardlink_to(layout.blob_path(digest))
-    single.write_index([manifest.descriptor(MANIFEST)])

@@ -83,15 +83,18 @@ def deploy_sysroot(runner: Runner, stage: Path, deployment: Deployment, *, boot_
     runner.run(["ostree", f"--repo={repo.path}", "config", "set", "sysroot.bootloader", "grub2"])
     _add_remote(runner, repo, d)
     _boot_dir(runner, stage)
-    generator = _generator(runner, d, work)
     kargs = [f"--karg=root=UUID={root_uuid}", "--karg=rw", *(f"--karg={k}" for k in d.kargs)]
     if d.image is None:
+        generator = _generator(Repo(d.source, runner), d.commit, f"commit {d.commit[:12]} of "
+                               f"{d.ref}", work)
         runner.run(["ostree", f"--repo={repo.path}", "pull-local", f"--remote={d.remote}",
                     str(d.source), d.commit])
         repo.set_ref(f"{d.remote}:{d.ref}", d.commit)
         checksum, source = d.commit, [f"{d.remote}:{d.ref}"]
     else:
         checksum = import_image(runner, stage, d.image, work)
+        # The image's own generator: an image made elsewhere has no commit here.
+        generator = _generator(repo, checksum, f"image {d.image.manifest[:19]}", work)
         origin = work / "image.origin"
         origin.write_text("[origin]\n" + SIGNED_ORIGIN.format(reference=d.image.reference)
                           + "\n")
@@ -151,12 +154,12 @@ def _boot_dir(runner: Runner, stage: Path) -> None:
     runner.run([editenv, str(grub2 / "grubenv"), "create"])
 
 
-def _generator(runner: Runner, d: Deployment, work: Path) -> Path:
-    data = Repo(d.source, runner).cat(d.commit, GENERATOR)
+def _generator(repo: Repo, checksum: str, what: str, work: Path) -> Path:
+    data = repo.cat(checksum, GENERATOR)
     if data is None:
-        raise BuildError(f"commit {d.commit[:12]} of {d.ref} has no {GENERATOR}: disk images "
-                         "are made of commits on the SAMPLE bootable base (their GRUB menu is "
-                         "written by it)",
+        raise BuildError(f"{what} has no {GENERATOR}: disk images are made of commits and "
+                         "images on the SAMPLE bootable base (their GRUB menu is written by "
+                         "it)",
                          hint="compose the image onto `python -m builder bootable-base`'s "
                               "commit (release.yaml ostree.base), or make a RHEL for Edge "
                               "raw image with Image Builder (edge-raw-image)")

@@ -105,6 +105,9 @@ def build_disk(runner: Runner, deployment: Deployment, out: Path, name: str, *,
         record = {"identity": identity, **_jsonable(image),
                   "sha256": {raw.name: file_digest(disk)}, "ref": deployment.ref,
                   "remote": deployment.remote, "remote_url": deployment.remote_url}
+        if deployment.image is not None:
+            record["image"] = {"reference": deployment.image.reference,
+                               "manifest": deployment.image.manifest}
         for path in (disk, copy):
             if path is not None:
                 os.replace(path, out / path.name)

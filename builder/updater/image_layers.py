@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,34 +128,38 @@ def local_manifest(rebuilt: Rebuilt, sizes: dict[str, int]) -> bytes:
 
 
 def write_layout(rebuilt: Rebuilt, dest: Path, sizes: dict[str, int]) -> str:
-    """The OCI layout bootc switches to, written beside `dest` and renamed into place; the
-    digest of its manifest. The rebuilt layers are moved, not copied: the disk holds each
-    once."""
+    """The OCI layout bootc switches to (store_layout); the digest of its manifest. The
+    rebuilt layers are moved, not copied: the disk holds each once."""
+    manifest = local_manifest(rebuilt, {**sizes, **{
+        d: path.stat().st_size for d, path in rebuilt.layers.items()}})
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    config = _object(rebuilt.manifest, "manifest")["config"]["digest"]
+    assert config == "sha256:" + hashlib.sha256(rebuilt.config).hexdigest()
+    store_layout(dest, (rebuilt.config, manifest), rebuilt.layers,
+                 {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
+                  "annotations": {SIGNED: rebuilt.manifest_digest}})
+    return digest
+
+
+def store_layout(dest: Path, documents: Iterable[bytes], files: Mapping[str, Path],
+                 entry: dict[str, Any]) -> Path:
+    """An OCI layout at `dest` whose index names `entry`: `documents` stored by their
+    digests, `files` (digest -> path) moved in. Written beside `dest` and renamed into
+    place, so a run cut short leaves no layout that looks whole."""
     tmp = dest.with_name(f".{dest.name}.new")
     shutil.rmtree(tmp, ignore_errors=True)
     blobs = tmp / "blobs/sha256"
     blobs.mkdir(parents=True)
-    for diff_id, path in rebuilt.layers.items():
-        os.replace(path, blobs / diff_id[len("sha256:"):])
-    config = _put(blobs, rebuilt.config)
-    manifest = local_manifest(rebuilt, {**sizes, **{
-        d: (blobs / d[len("sha256:"):]).stat().st_size for d in rebuilt.layers}})
-    digest = _put(blobs, manifest)
+    for digest, path in files.items():
+        os.replace(path, blobs / digest[len("sha256:"):])
+    for data in documents:
+        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
     (tmp / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [
-        {"mediaType": MANIFEST, "digest": digest, "size": len(manifest),
-         "annotations": {SIGNED: rebuilt.manifest_digest}}]}
+    index = {"schemaVersion": 2, "mediaType": INDEX, "manifests": [entry]}
     (tmp / "index.json").write_text(json.dumps(index, sort_keys=True))
-    assert config == _object(rebuilt.manifest, "manifest")["config"]["digest"]
     shutil.rmtree(dest, ignore_errors=True)
     os.replace(tmp, dest)
-    return digest
+    return dest
 
 
-def _put(blobs: Path, data: bytes) -> str:
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    (blobs / digest[len("sha256:"):]).write_bytes(data)
-    return digest
-
-
-__all__ = ["CONFIG", "local_manifest", "rebuild_layers", "write_layout"]
+__all__ = ["CONFIG", "local_manifest", "rebuild_layers", "store_layout", "write_layout"]

@@ -21,8 +21,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from builder.core.errors import BuildError
 from builder.updater.delta_download import Download, Limits, Transfer
 from builder.updater.fetch import Patience, request
 from builder.updater.image_index import DIGEST, ImageIndex
+from builder.updater.image_layers import store_layout
 from builder.updater.index import DeltaFile, UpdateRefused
 
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
@@ -162,17 +161,9 @@ class LayerPull:
 
 def write_pulled_layout(dest: Path, manifest: bytes, digest: str, config: bytes,
                         layers: list[Path]) -> Path:
-    """An OCI layout of the signed manifest, its config and the downloaded layers (moved)."""
-    shutil.rmtree(dest, ignore_errors=True)
-    blobs = dest / "blobs/sha256"
-    blobs.mkdir(parents=True)
-    for data in (manifest, config):
-        (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
-    for path in layers:
-        os.replace(path, blobs / path.name.removesuffix(".layer"))
-    (dest / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}\n')
+    """An OCI layout of the signed manifest, its config and the downloaded layers (moved),
+    written atomically as the rebuilt image's (store_layout)."""
     media = json.loads(manifest).get("mediaType") or MANIFEST_TYPES[0]
-    (dest / "index.json").write_text(json.dumps({
-        "schemaVersion": 2, "manifests": [{"mediaType": media, "digest": digest,
-                                           "size": len(manifest)}]}) + "\n")
-    return dest
+    files = {"sha256:" + path.name.removesuffix(".layer"): path for path in layers}
+    return store_layout(dest, (manifest, config), files,
+                        {"mediaType": media, "digest": digest, "size": len(manifest)})

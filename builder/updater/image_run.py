@@ -200,7 +200,7 @@ class ImageRun:
         if delta.size > self.config.staging_max_bytes:
             raise UpdateRefused(f"{delta.file} is {delta.size} bytes, over staging_max_bytes "
                                 f"{self.config.staging_max_bytes}")
-        _check_space(staging, delta)
+        _check_space(staging, delta.file, delta.size)
         run.method, run.delta = "image-delta", delta
         path = run._download(index.index, delta, "", booted)
         # As the ostree run: the collector hears of the download (its budget grants
@@ -221,7 +221,7 @@ class ImageRun:
         if size > self.config.staging_max_bytes:
             raise UpdateRefused(f"the {len(layers)} layers the device lacks are {size} bytes, "
                                 f"over staging_max_bytes {self.config.staging_max_bytes}")
-        _check_space(staging, DeltaFile("layers", None, index.index.to_commit, size, ""))
+        _check_space(staging, "layers", size)
         run._set("downloading", pull.base, target=index.index.to_commit, bytes_total=size,
                  target_version=index.index.to_version or "")
         limits = Limits(self.config.max_bytes_per_second, self.config.retries,

@@ -353,7 +353,7 @@ class Run:
     def _download(self, index: Index | None, delta: DeltaFile, remote: str,
                   booted: Booted) -> Path:
         staging = self.system.root / STAGING
-        _check_space(staging, delta)
+        _check_space(staging, delta.file, delta.size)
         url = self.updates_url(remote, booted.ref) + delta.file
         self._set("downloading", url, method="delta-file", target=delta.to_commit,
                   target_version=index.to_version if index and index.to_version else "",

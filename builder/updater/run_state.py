@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from builder.core.errors import BuildError
-from builder.updater.index import CHECKSUM, DeltaFile
+from builder.updater.index import CHECKSUM
 from builder.updater.state import DamagedState
 from builder.updater.status import STATE_DIR
 
@@ -42,14 +42,15 @@ def read_commits(path: Path) -> list[str]:
     return words
 
 
-def _check_space(staging: Path, delta: DeltaFile) -> None:
+def _check_space(staging: Path, name: str, size: int) -> None:
+    """Room in STAGING for `size` bytes downloaded as `name` (less what its part holds)."""
     staging.mkdir(parents=True, exist_ok=True)
-    part = staging / (delta.file + ".part")
+    part = staging / (name + ".part")
     have = part.stat().st_size if part.is_file() else 0
     free = shutil.disk_usage(staging).free
-    if free - FREE_MARGIN < delta.size - have:
+    if free - FREE_MARGIN < size - have:
         raise BuildError(f"{staging}: {free} bytes free, the delta file needs "
-                         f"{delta.size - have} more (and {FREE_MARGIN} left free)",
+                         f"{size - have} more (and {FREE_MARGIN} left free)",
                          hint="free space on /var")
 
 

@@ -34,7 +34,7 @@ def layout_paths() -> set[str]:
             layout.sample_base_repo("ARCH"), layout.bootable_base_repo, layout.build_repo,
             layout.compose_inputs("REF"), layout.ref_deltas("REF"), layout.disks / "NAME.ARCH.raw",
             layout.disks / "NAME.ARCH.qcow2", layout.disks / "NAME.ARCH.bios.raw",
-            layout.disks / "NAME.ARCH.secureboot.raw",
+            layout.disks / "NAME.ARCH.secureboot.raw", layout.disks / "NAME.ARCH.image.raw",
             layout.composer_record("NAME", "UUID"),
             layout.composer_commit("NAME", "UUID"), layout.sample_public_key,
             layout.public_key("ID"), layout.cache("delta-parts"), layout.device_work("SCENARIO"),
