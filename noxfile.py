@@ -77,11 +77,11 @@ def vm(session: nox.Session) -> None:
     cores), good-update and bad-update on the arm64 image (AAVMF, emulated: see
     docs/benchmarks.md), each firmware (OVMF, SeaBIOS, arm64's AAVMF) into GRUB's menu,
     OVMF enforcing Secure Boot (`-- secure_boot_enforced`: the signed chain to the kernel,
-    the unsigned GRUB refused), and the three scenarios again on an image-mode (bootc)
-    device (ids SCENARIO-image);
-    `nox -s vm -- bad-update` every firmware's, architecture's and mode's rollback,
-    `-- bad-update-uefi` x86_64's UEFI one (CI), `-- aarch64` arm64's (scheduled CI),
-    `-- bad-update-image` the image-mode one."""
+    the unsigned GRUB refused), the three scenarios again on an image-mode (bootc) device
+    (ids SCENARIO-image), and an ostree device's migration to its release's image and back
+    (`-- migrate`); `nox -s vm -- bad-update` every firmware's, architecture's and mode's
+    rollback, `-- bad-update-uefi bad-update-image` x86_64's UEFI one on an ostree and an
+    image-mode device (CI), `-- aarch64` arm64's (scheduled CI)."""
     _host_tools(session)
     session.install("-e", ".[test]")
     selected = " or ".join(session.posargs) if session.posargs else ""
