@@ -49,7 +49,7 @@ def _check_space(staging: Path, name: str, size: int) -> None:
     have = part.stat().st_size if part.is_file() else 0
     free = shutil.disk_usage(staging).free
     if free - FREE_MARGIN < size - have:
-        raise BuildError(f"{staging}: {free} bytes free, the delta file needs "
+        raise BuildError(f"{staging}: {free} bytes free, {name} needs "
                          f"{size - have} more (and {FREE_MARGIN} left free)",
                          hint="free space on /var")
 
